@@ -27,7 +27,7 @@ fi
 PY="${PYTHON:-python3}"
 if [ "$force" = "--force" ] || [ ! -s "$root/data/perlfaq-train.jsonl" ] || [ ! -s "$root/data/perlfaq-val.jsonl" ]; then
   pods=$(ls /usr/share/perl/*/pod/perlfaq[1-9].pod | sort -u)
-  "$PY" "$root/scripts/perlfaq_to_jsonl.py" --train "$root/data/perlfaq-train.jsonl" \
+  "$PY" "$root/scripts/fetch-data-perlfaq.py" --train "$root/data/perlfaq-train.jsonl" \
     --val "$root/data/perlfaq-val.jsonl" $pods
 else
   echo "fetch-data: perlfaq JSONL already present"
@@ -35,7 +35,9 @@ fi
 
 if [ "$force" = "--force" ] || [ ! -s "$root/data/bible.txt" ]; then
   # bible-kjv's `bible` prints any range of verses; "Gen1:1-Rev22:21" is the whole book.
-  bible -f Gen1:1-Rev22:21 > "$root/data/bible.txt.tmp" 2>/dev/null || true
+  # Each line is "Ge1:1 text"; the verse reference is dropped, one verse per line remains.
+  bible -f Gen1:1-Rev22:21 2>/dev/null | sed -E 's/^[0-9]?[A-Za-z]+[0-9]+:[0-9]+ //' \
+    > "$root/data/bible.txt.tmp" || true
   if [ ! -s "$root/data/bible.txt.tmp" ]; then
     echo "fetch-data: error: 'bible' printed nothing" >&2
     exit 1
