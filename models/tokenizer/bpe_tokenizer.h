@@ -1,0 +1,96 @@
+#pragma once
+// Byte-level BPE tokenizer (GPT-2 family: SmolLM2, Llama 3, Qwen2, StarCoder ...), loaded
+// from GGUF metadata (tokenizer.ggml.*) or from a Hugging Face tokenizer.json.
+// Encoding: validate UTF-8 -> split out special tokens (control / user-defined tokens, longest
+// match first) -> pre-tokenise each remaining segment with the model's regexes -> map bytes
+// with the GPT-2 byte map -> apply merges by rank (lowest first, leftmost on ties).
+// Decoding: concatenate the bytes of each token (the inverse byte map; special tokens as text).
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <string_view>
+#include <unordered_map>
+#include <vector>
+
+#include "models/tokenizer/pretokenizer.h"
+
+namespace dtr {
+namespace gguf { class GGUFFile; }
+namespace tokenizer {
+
+/// GGUF token types (llama.cpp's llama_token_type).
+enum class TokenType : int32_t { undefined = 0, normal = 1, unknown = 2, control = 3, user_defined = 4, unused = 5, byte = 6 };
+
+/// Everything a BPE tokenizer is built from (what GGUF and tokenizer.json both provide).
+struct BPEVocab {
+  std::vector<std::string> tokens;              // id -> token text (byte-level mapped)
+  std::vector<TokenType> types;                 // id -> type (empty = all normal)
+  std::vector<std::pair<std::string, std::string>> merges;  // by rank, highest priority first
+  std::vector<std::string> pre_patterns = {kGpt2Pattern};   // pre-tokenizer regex steps
+  int32_t bos_id = -1, eos_id = -1, pad_id = -1, unk_id = -1;
+  bool add_bos = false;                         // prepend bos in encode(add_special = true)
+  bool ignore_merges = false;                   // a whole piece found in the vocab is one token
+};
+
+/// Movable, not copyable; encode/decode are thread-safe.
+class BPETokenizer {
+ public:
+  /// Errors: a merge naming a token not in the vocab, a byte without a single-byte token,
+  /// duplicate tokens -> dtr::Error naming the entry.
+  explicit BPETokenizer(BPEVocab vocab);
+
+  /// From GGUF metadata: tokenizer.ggml.model must be "gpt2"; tokens, merges ("a b" strings),
+  /// token_type, bos/eos/padding/unknown ids, add_bos_token, and tokenizer.ggml.pre for the
+  /// regexes. Errors: missing keys, other tokenizer models -> dtr::Error naming key and file.
+  static BPETokenizer from_gguf(const gguf::GGUFFile& g);
+  /// From a parsed tokenizer.json: model.type "BPE" (vocab, merges as "a b" or ["a","b"]),
+  /// added_tokens (special ones are split out), pre_tokenizer ByteLevel / Digits / Split
+  /// (regex, isolated) / Sequence of those. `bos`/`eos` token strings may be given (from
+  /// tokenizer_config.json). Errors: unsupported model/normalizer/pre-tokenizer types.
+  static BPETokenizer from_hf_json(const nlohmann::json& j, const std::string& source,
+                                   const std::string& bos_token = "", const std::string& eos_token = "");
+  /// From a tokenizer.json file (reads tokenizer_config.json beside it for bos/eos if present).
+  static BPETokenizer from_hf_file(const std::string& path);
+
+  /// Token ids of `text` (valid UTF-8). `add_special`: prepend bos when the vocab says so.
+  /// `parse_special`: recognise special-token text (e.g. "<|im_start|>") as that token;
+  /// otherwise it is tokenised as plain text. Errors: invalid UTF-8 -> dtr::Error with the
+  /// byte offset.
+  std::vector<int32_t> encode(std::string_view text, bool add_special = false, bool parse_special = true) const;
+  /// Bytes of the tokens concatenated (may end inside a UTF-8 sequence). `skip_special`
+  /// drops control tokens. Errors: an id outside the vocab.
+  std::string decode(const std::vector<int32_t>& ids, bool skip_special = false) const;
+
+  int64_t vocab_size() const { return static_cast<int64_t>(vocab_.tokens.size()); }
+  const std::string& token(int32_t id) const;
+  /// Id of a token text, or -1.
+  int32_t token_to_id(const std::string& text) const;
+  bool is_special(int32_t id) const;
+  int32_t bos_id() const { return vocab_.bos_id; }
+  int32_t eos_id() const { return vocab_.eos_id; }
+  int32_t pad_id() const { return vocab_.pad_id; }
+  const BPEVocab& vocab() const { return vocab_; }
+
+ private:
+  void encode_piece(std::string_view piece, std::vector<int32_t>& out) const;
+  void bpe(std::string_view piece, std::vector<int32_t>& out) const;
+
+  BPEVocab vocab_;
+  std::shared_ptr<PreTokenizer> pre_;
+  std::unordered_map<std::string, int32_t> token_to_id_;
+  std::unordered_map<uint64_t, std::pair<int32_t, int32_t>> merges_;  // (left<<32|right) -> (rank, merged id)
+  int32_t byte_token_[256];
+  std::vector<std::string> token_bytes_;  // decoded bytes of each id
+  std::vector<std::string> specials_;     // special token texts, longest first
+  std::vector<int32_t> special_ids_;
+  struct Cache {  // piece -> ids; behind a pointer so the tokenizer stays movable
+    std::mutex mu;
+    std::unordered_map<std::string, std::vector<int32_t>> map;
+  };
+  std::unique_ptr<Cache> cache_ = std::make_unique<Cache>();
+};
+
+}  // namespace tokenizer
+}  // namespace dtr

@@ -1,0 +1,30 @@
+#pragma once
+// Process environment: MPI initialisation, rank / world / local rank, CPU threads per rank.
+#include <cstdint>
+
+namespace dtr {
+
+/// Initialises dtr: MPI with MPI_THREAD_MULTIPLE when launched by mpirun/srun (world size 1
+/// without a launcher), the local (shared-memory) rank, and the CPU threads per rank
+/// (DTR_NUM_THREADS, else OMP_NUM_THREADS, else cores / local ranks). Safe to call twice.
+/// Errors: dtr::Error when MPI gives less than MPI_THREAD_MULTIPLE.
+void init(int& argc, char**& argv);
+/// Finalises MPI (collectively). Safe to call when init was not called.
+void finalize();
+bool is_initialized();
+/// Rank in MPI_COMM_WORLD (0 without MPI).
+int rank();
+/// Size of MPI_COMM_WORLD (1 without MPI).
+int world_size();
+/// Rank among the processes of this node (MPI_COMM_TYPE_SHARED split).
+int local_rank();
+int local_size();
+/// CPU threads this rank uses for kernels.
+int num_threads();
+void set_num_threads(int n);
+/// The maximum of `v` over all ranks (v itself when world size is 1).
+int64_t all_ranks_max(int64_t v);
+/// Aborts the whole job (MPI_Abort) after printing `msg` with the rank prefix.
+[[noreturn]] void abort_job(const char* msg, int code = 1);
+
+}  // namespace dtr

@@ -1,0 +1,94 @@
+#include "tensor/dispatch.h"
+
+#include <map>
+#include <memory>
+#include <mutex>
+
+namespace dtr {
+namespace {
+std::map<std::string, std::unique_ptr<OpDef>>& registry() {
+  static std::map<std::string, std::unique_ptr<OpDef>> r;
+  return r;
+}
+std::mutex& registry_mutex() {
+  static std::mutex m;
+  return m;
+}
+DistributedDispatcher* g_dist = nullptr;
+
+Tensor cast_local(const Tensor& t, DType dt) {
+  static const OpDef* cast = op_def("to_dtype");
+  return run_kernel(OpCall{cast, {t}, {dt}})[0];
+}
+}  // namespace
+
+OpDef* op_def(const std::string& name) {
+  std::lock_guard<std::mutex> lock(registry_mutex());
+  auto& slot = registry()[name];
+  if (!slot) {
+    slot = std::make_unique<OpDef>();
+    slot->name = name;
+  }
+  return slot.get();
+}
+
+void register_kernel(const std::string& name, DeviceType dev, Kernel k, bool upcast) {
+  OpDef* d = op_def(name);
+  d->kernels[static_cast<int>(dev)] = k;
+  d->upcast_low_precision = upcast;
+}
+
+std::vector<std::string> registered_ops(DeviceType dev) {
+  std::lock_guard<std::mutex> lock(registry_mutex());
+  std::vector<std::string> out;
+  for (auto& [n, d] : registry())
+    if (d->kernels[static_cast<int>(dev)]) out.push_back(n);
+  return out;
+}
+
+void set_distributed_dispatcher(DistributedDispatcher* d) { g_dist = d; }
+DistributedDispatcher* distributed_dispatcher() { return g_dist; }
+
+std::vector<Tensor> run_kernel(const OpCall& call) {
+  Device dev = Device::cpu();
+  bool have_dev = false;
+  DType low = DType::f32;
+  bool any_low = false;
+  for (const Tensor& t : call.inputs) {
+    if (!t.defined()) continue;
+    DTR_CHECK(!t.is_distributed(), call.name(), ": run_kernel got a distributed tensor");
+    if (!have_dev) {
+      dev = t.device();
+      have_dev = true;
+    } else {
+      DTR_CHECK(t.device() == dev, call.name(), ": inputs on different devices (", dev, " and ", t.device(), ")");
+    }
+    if (is_low_precision(t.dtype()) && !any_low) {
+      any_low = true;
+      low = t.dtype();
+    }
+  }
+  Kernel k = call.op->kernels[static_cast<int>(dev.type)];
+  DTR_CHECK(k != nullptr, call.name(), ": no kernel for device ", dev);
+  if (!(any_low && dev.is_cpu() && call.op->upcast_low_precision)) return k(call);
+  // CPU low precision: compute in f32, return in the inputs' low-precision dtype.
+  OpCall up = call;
+  for (Tensor& t : up.inputs)
+    if (t.defined() && is_low_precision(t.dtype())) t = cast_local(t, DType::f32);
+  std::vector<Tensor> outs = k(up);
+  for (Tensor& o : outs)
+    if (o.defined() && o.dtype() == DType::f32) o = cast_local(o, low);
+  return outs;
+}
+
+std::vector<Tensor> dispatch(const OpCall& call) {
+  if (g_dist) {
+    for (const Tensor& t : call.inputs)
+      if (t.defined() && t.is_distributed()) return g_dist->dispatch(call);
+  }
+  return run_kernel(call);
+}
+
+Tensor dispatch1(const OpCall& call) { return dispatch(call).at(0); }
+
+}  // namespace dtr

@@ -1,0 +1,49 @@
+#include "tensor/ops/cpu/gemm.h"
+
+#include <Eigen/Core>
+
+namespace dtr::cpu {
+namespace {
+
+template <class T>
+using RowMap = Eigen::Map<const Eigen::Matrix<T, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>, 0, Eigen::OuterStride<>>;
+template <class T>
+using ColMap = Eigen::Map<const Eigen::Matrix<T, Eigen::Dynamic, Eigen::Dynamic, Eigen::ColMajor>, 0, Eigen::OuterStride<>>;
+template <class T>
+using OutMap = Eigen::Map<Eigen::Matrix<T, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>>;
+
+template <class T, class MA, class MB>
+void run(const MA& a, const MB& b, T* C, int64_t m, int64_t n, bool acc) {
+  OutMap<T> c(C, m, n);
+  if (acc) c.noalias() += a * b;
+  else c.noalias() = a * b;
+}
+
+template <class T, class MA>
+void with_b(const MA& a, int64_t n, int64_t k, const T* B, int64_t b_rs, int64_t b_cs, T* C, int64_t m, bool acc) {
+  if (b_cs == 1 || n == 1) run<T>(a, RowMap<T>(B, k, n, Eigen::OuterStride<>(b_rs)), C, m, n, acc);
+  else run<T>(a, ColMap<T>(B, k, n, Eigen::OuterStride<>(b_cs)), C, m, n, acc);
+}
+
+}  // namespace
+
+template <class T>
+void gemm(int64_t m, int64_t n, int64_t k, const T* A, int64_t a_rs, int64_t a_cs, const T* B, int64_t b_rs,
+          int64_t b_cs, T* C, bool accumulate) {
+  if (m == 0 || n == 0) return;
+  if (k == 0) {
+    if (!accumulate) OutMap<T>(C, m, n).setZero();
+    return;
+  }
+  // The caller guarantees each operand is row-major (unit column stride) or column-major
+  // (unit row stride); the stride of a size-1 dim does not matter.
+  if (a_cs == 1 || k == 1) with_b<T>(RowMap<T>(A, m, k, Eigen::OuterStride<>(a_rs)), n, k, B, b_rs, b_cs, C, m, accumulate);
+  else with_b<T>(ColMap<T>(A, m, k, Eigen::OuterStride<>(a_cs)), n, k, B, b_rs, b_cs, C, m, accumulate);
+}
+
+template void gemm<float>(int64_t, int64_t, int64_t, const float*, int64_t, int64_t, const float*, int64_t, int64_t,
+                          float*, bool);
+template void gemm<double>(int64_t, int64_t, int64_t, const double*, int64_t, int64_t, const double*, int64_t, int64_t,
+                           double*, bool);
+
+}  // namespace dtr::cpu

@@ -1,0 +1,67 @@
+// Factories: constant fills, arange, and Philox-addressed random tensors.
+#include <cmath>
+
+#include "tensor/dispatch.h"
+#include "tensor/ops.h"
+#include "tensor/ops/cpu/copy_kernel.h"
+#include "tensor/random.h"
+
+namespace dtr {
+namespace {
+
+Tensor finish(Tensor t, const TensorOptions& opt) {
+  if (opt.device != Device::cpu()) t = t.to(opt.device);
+  if (opt.requires_grad) t.set_requires_grad(true);
+  return t;
+}
+
+/// Fills a CPU tensor of global index range [offset, offset+n) from f(seed, index).
+template <class F>
+Tensor random_fill(const Shape& shape, const TensorOptions& opt, F f) {
+  DTR_CHECK(is_floating(opt.dtype), "random factory: dtype must be floating, got ", opt.dtype);
+  const int64_t n = shape_numel(shape);
+  const GeneratorState g = generator_state();
+  const uint64_t base = reserve_random_offsets(static_cast<uint64_t>(n));
+  Tensor t = empty(shape, TensorOptions(DType::f64));
+  double* p = t.data<double>();
+#pragma omp parallel for schedule(static) if (n >= 65536)
+  for (int64_t i = 0; i < n; ++i) p[i] = f(g.seed, base + static_cast<uint64_t>(i));
+  return finish(t.to(opt.dtype), opt.with_device(opt.device));
+}
+
+}  // namespace
+
+Tensor full(const Shape& shape, double value, TensorOptions opt) {
+  Tensor t = empty(shape, TensorOptions(opt.dtype));
+  cpu::fill_strided(t, value);
+  return finish(t, opt);
+}
+Tensor zeros(const Shape& shape, TensorOptions opt) { return full(shape, 0.0, opt); }
+Tensor ones(const Shape& shape, TensorOptions opt) { return full(shape, 1.0, opt); }
+
+Tensor arange(double start, double end, double step, TensorOptions opt) {
+  DTR_CHECK(step != 0, "arange: step must be non-zero");
+  const int64_t n = std::max<int64_t>(0, static_cast<int64_t>(std::ceil((end - start) / step)));
+  Tensor t = empty({n}, TensorOptions(DType::f64));
+  double* p = t.data<double>();
+  for (int64_t i = 0; i < n; ++i) p[i] = start + static_cast<double>(i) * step;
+  return finish(t.to(opt.dtype), opt);
+}
+
+Tensor zeros_like(const Tensor& t) { return zeros(t.sizes(), TensorOptions(t.dtype()).with_device(t.device())); }
+Tensor ones_like(const Tensor& t) { return ones(t.sizes(), TensorOptions(t.dtype()).with_device(t.device())); }
+Tensor empty_like(const Tensor& t) { return empty(t.sizes(), TensorOptions(t.dtype()).with_device(t.device())); }
+Tensor full_like(const Tensor& t, double v) { return full(t.sizes(), v, TensorOptions(t.dtype()).with_device(t.device())); }
+
+Tensor rand(const Shape& shape, TensorOptions opt) { return uniform(shape, 0.0, 1.0, opt); }
+Tensor randn(const Shape& shape, TensorOptions opt) { return normal(shape, 0.0, 1.0, opt); }
+
+Tensor uniform(const Shape& shape, double low, double high, TensorOptions opt) {
+  return random_fill(shape, opt, [=](uint64_t s, uint64_t i) { return low + (high - low) * philox_uniform(s, i); });
+}
+
+Tensor normal(const Shape& shape, double mean, double std, TensorOptions opt) {
+  return random_fill(shape, opt, [=](uint64_t s, uint64_t i) { return mean + std * philox_normal(s, i); });
+}
+
+}  // namespace dtr
