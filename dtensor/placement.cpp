@@ -1,0 +1,102 @@
+#include "dtensor/placement.h"
+
+#include <algorithm>
+#include <sstream>
+
+namespace dtr {
+
+bool Placement::operator==(const Placement& o) const {
+  if (kind != o.kind) return false;
+  switch (kind) {
+    case Kind::Shard: return dim == o.dim;
+    case Kind::Replicate: return true;
+    case Kind::Partial: return reduce == o.reduce;
+    case Kind::StridedShard: return dim == o.dim && split_factor == o.split_factor;
+  }
+  return false;
+}
+
+std::string Placement::str() const {
+  switch (kind) {
+    case Kind::Shard: return "Shard(" + std::to_string(dim) + ")";
+    case Kind::Replicate: return "Replicate()";
+    case Kind::Partial: return std::string("Partial(") + reduce_op_name(reduce) + ")";
+    case Kind::StridedShard:
+      return "_StridedShard(" + std::to_string(dim) + ", sf=" + std::to_string(split_factor) + ")";
+  }
+  return "?";
+}
+
+Placement Shard(int64_t dim) { return {Placement::Kind::Shard, dim, ReduceOp::SUM, 1}; }
+Placement Replicate() { return {Placement::Kind::Replicate, 0, ReduceOp::SUM, 1}; }
+Placement Partial(ReduceOp op) {
+  DTR_CHECK(op != ReduceOp::PRODUCT, "Partial: product is not a supported pending reduction");
+  return {Placement::Kind::Partial, 0, op, 1};
+}
+Placement StridedShard(int64_t dim, int64_t sf) {
+  DTR_CHECK(sf >= 1, "StridedShard: split_factor must be >= 1, got ", sf);
+  return {Placement::Kind::StridedShard, dim, ReduceOp::SUM, sf};
+}
+
+std::string placements_str(const Placements& p) {
+  std::ostringstream os;
+  os << '[';
+  for (size_t i = 0; i < p.size(); ++i) os << (i ? ", " : "") << p[i].str();
+  os << ']';
+  return os.str();
+}
+
+Chunk chunk_of(int64_t size, int64_t n, int64_t idx) {
+  const int64_t c = (size + n - 1) / n;
+  const int64_t start = std::min(idx * c, size);
+  const int64_t end = std::min(start + c, size);
+  return {end - start, end > start ? start : size};
+}
+
+Placements normalize_placements(const Placements& p, int64_t ndim, const char* op) {
+  Placements out = p;
+  for (auto& pl : out) {
+    if (!pl.shards()) continue;
+    DTR_CHECK(pl.dim >= -ndim && pl.dim < ndim, op, ": ", pl.str(), " is out of range for a ", ndim,
+              "-d tensor (placements ", placements_str(p), ")");
+    if (pl.dim < 0) pl.dim += ndim;
+  }
+  return out;
+}
+
+void local_shape_and_offset(const Shape& global_shape, const Shape& mesh_shape, const Placements& placements,
+                            const std::vector<int64_t>& coordinate, Shape& local_shape, Shape& offset) {
+  local_shape = global_shape;
+  offset.assign(global_shape.size(), 0);
+  // Strided shards: FSDP's dim is split first by the later (TP) mesh dim into split_factor
+  // blocks; this rank's rows are its chunk of each block. Offsets of such a shard are not a
+  // single range; we report the offset of its first row and the local size.
+  for (size_t i = 0; i < placements.size(); ++i) {
+    const Placement& p = placements[i];
+    if (!p.shards()) continue;
+    const int64_t d = p.dim;
+    const int64_t n = mesh_shape[i];
+    if (p.is_shard()) {
+      Chunk c = chunk_of(local_shape[d], n, coordinate[i]);
+      if (c.size == 0) {
+        offset[d] = global_shape[d];
+      } else {
+        offset[d] += c.offset;
+      }
+      local_shape[d] = c.size;
+    } else {
+      // StridedShard: size = sum over the split_factor blocks of this rank's chunk of each.
+      const int64_t sf = p.split_factor;
+      int64_t total = 0;
+      for (int64_t b = 0; b < sf; ++b) {
+        const Chunk blk = chunk_of(local_shape[d], sf, b);
+        total += chunk_of(blk.size, n, coordinate[i]).size;
+      }
+      const Chunk first = chunk_of(chunk_of(local_shape[d], sf, 0).size, n, coordinate[i]);
+      offset[d] += first.offset;
+      local_shape[d] = total;
+    }
+  }
+}
+
+}  // namespace dtr

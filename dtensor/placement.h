@@ -1,0 +1,68 @@
+#pragma once
+// Placements of a distributed tensor along one mesh dim: Shard(dim), Replicate(), Partial(op),
+// and the strided shard FSDP + TP use when both shard the same tensor dim. Local shapes and
+// offsets follow torch.chunk (chunk = ceil(n / k); trailing ranks may hold fewer rows or
+// none). Source: PyTorch torch.distributed.tensor.placement_types.
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "runtime/process_group.h"
+#include "tensor/tensor.h"
+
+namespace dtr {
+
+class DeviceMesh;
+
+/// One mesh dim's placement. Compared by value.
+struct Placement {
+  enum class Kind : uint8_t { Shard, Replicate, Partial, StridedShard };
+  Kind kind = Kind::Replicate;
+  int64_t dim = 0;                  // Shard / StridedShard: tensor dim
+  ReduceOp reduce = ReduceOp::SUM;  // Partial: pending reduction
+  int64_t split_factor = 1;         // StridedShard: how many times a later mesh dim split it
+
+  bool is_shard() const { return kind == Kind::Shard; }
+  bool is_shard(int64_t d) const { return kind == Kind::Shard && dim == d; }
+  bool is_replicate() const { return kind == Kind::Replicate; }
+  bool is_partial() const { return kind == Kind::Partial; }
+  bool is_strided_shard() const { return kind == Kind::StridedShard; }
+  /// Shard or StridedShard of any dim.
+  bool shards() const { return kind == Kind::Shard || kind == Kind::StridedShard; }
+  bool operator==(const Placement& o) const;
+  bool operator!=(const Placement& o) const { return !(*this == o); }
+  std::string str() const;
+};
+
+using Placements = std::vector<Placement>;
+
+/// Shard(dim): the tensor is split along `dim` (negative dims are normalised when the
+/// placement meets a tensor).
+Placement Shard(int64_t dim);
+Placement Replicate();
+/// Partial(op): every rank holds a term of a pending reduction (sum, avg, max, min).
+Placement Partial(ReduceOp op = ReduceOp::SUM);
+/// _StridedShard(dim, split_factor): FSDP's shard of a dim that TP (a later mesh dim) also
+/// shards; rank r holds the r-th chunk of every one of `split_factor` TP blocks.
+Placement StridedShard(int64_t dim, int64_t split_factor);
+
+std::string placements_str(const Placements& p);
+
+/// torch.chunk rule: size and start of chunk `idx` of `size` split in `n`. An empty chunk
+/// starts at `size` (so checkpoint offsets never collide).
+struct Chunk {
+  int64_t size;
+  int64_t offset;
+};
+Chunk chunk_of(int64_t size, int64_t n, int64_t idx);
+
+/// Normalises negative shard dims against `ndim`; errors name the placement and shape.
+Placements normalize_placements(const Placements& p, int64_t ndim, const char* op);
+
+/// Local shape and global offset of the shard at `coordinate` (one entry per mesh dim) of a
+/// tensor of `global_shape` placed by `placements` on a mesh of `mesh_shape`. Mesh dims
+/// apply left to right to the current local size (nested sharding).
+void local_shape_and_offset(const Shape& global_shape, const Shape& mesh_shape, const Placements& placements,
+                            const std::vector<int64_t>& coordinate, Shape& local_shape, Shape& offset);
+
+}  // namespace dtr

@@ -1,0 +1,86 @@
+#pragma once
+// Sharding propagation: per-op rules (registered by op name, one file per op family under
+// rules/) decide which placements an op's inputs need and which placements and global shapes
+// its outputs get. Candidate strategies are ranked by redistribution cost; decisions are
+// cached by op and *every* argument (shapes, dtypes, placements, mesh, all attributes incl.
+// scalars). Source: PyTorch torch.distributed.tensor._sharding_prop / _ops, OneFlow SBP.
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "dtensor/spec.h"
+#include "tensor/dispatch.h"
+
+namespace dtr {
+
+/// What a rule sees: the call, the spec of each tensor input (plain tensors appear as
+/// Replicate specs; undefined inputs as nullptr) and the mesh.
+struct OpSchema {
+  const OpCall& call;
+  std::vector<const DTensorSpec*> specs;
+  const DeviceMesh& mesh;
+  const DTensorSpec& spec(size_t i) const { return *specs.at(i); }
+  int64_t ndim(size_t i) const { return static_cast<int64_t>(specs.at(i)->shape.size()); }
+};
+
+/// Computes the local outputs from the redistributed local inputs, when the op is not just its
+/// local kernel (e.g. loss parallel, vocab-parallel embedding).
+using LocalFn = std::function<std::vector<Tensor>(const std::vector<Tensor>& locals, const OpSchema& schema)>;
+
+/// A rule's answer.
+struct ShardingDecision {
+  std::vector<Placements> input_placements;   // per input (ignored for undefined inputs)
+  std::vector<Placements> output_placements;  // per output
+  std::vector<Shape> output_shapes;           // global shapes per output
+  bool rewrite_attrs = false;                 // run the local kernel with `local_attrs`
+  std::vector<Attr> local_attrs;
+  LocalFn local_fn;                           // overrides the local kernel when set
+  bool inplace = false;                       // output 0 is input 0 (in-place op)
+};
+
+using ShardingRule = std::function<ShardingDecision(const OpSchema&)>;
+
+/// Registers the rule of op `name`.
+void register_sharding_rule(const std::string& name, ShardingRule rule);
+/// The rule of `name`, or nullptr.
+const ShardingRule* find_sharding_rule(const std::string& name);
+
+/// One candidate: input placements -> output placements.
+struct Strategy {
+  std::vector<Placements> inputs;
+  std::vector<Placements> outputs;
+};
+
+/// Bytes moved to bring `from` to `to` (0 when equal or local-only), PyTorch's cost idea:
+/// all_gather and reduce_scatter move the gathered/scattered bytes, all_reduce twice that.
+double redistribute_cost(const DTensorSpec& from, const Placements& to);
+/// The strategy with the lowest total input redistribution cost (first wins ties).
+/// Errors (naming the op and input placements) when `candidates` is empty.
+const Strategy& choose_strategy(const OpSchema& s, const std::vector<Strategy>& candidates);
+
+/// Cartesian product helper: per mesh dim a list of single-dim options (one placement per
+/// input and per output), combined over all mesh dims.
+struct DimOption {
+  std::vector<Placement> inputs;
+  std::vector<Placement> outputs;
+};
+std::vector<Strategy> expand_strategies(const std::vector<std::vector<DimOption>>& per_mesh_dim, size_t n_in,
+                                        size_t n_out);
+
+/// Number of decisions served from the cache / computed, for tests and benchmarks.
+struct PropagationStats {
+  int64_t hits = 0;
+  int64_t misses = 0;
+};
+PropagationStats propagation_stats();
+void clear_propagation_cache();
+
+/// Placements helpers.
+Placements replicate_all(int ndim);
+/// p with every Partial replaced by Replicate.
+Placements without_partial(const Placements& p);
+
+#define DTR_REGISTER_SHARDING_RULE(name, fn) \
+  static const bool DTR_CONCAT(dtr_rule_reg_, __LINE__) = (::dtr::register_sharding_rule(name, fn), true)
+
+}  // namespace dtr

@@ -1,0 +1,236 @@
+#include "dtensor/redistribute.h"
+
+#include <iostream>
+
+#include "dtensor/comm_debug.h"
+#include "tensor/autograd/grad_mode.h"
+#include "tensor/autograd/node.h"
+#include "tensor/ops.h"
+
+namespace dtr {
+namespace {
+
+/// Size of tensor dim d at mesh level `level` for this rank (after mesh dims < level shard it).
+int64_t level_size(const DTensorSpec& s, const Placements& cur, int level, int64_t d) {
+  int64_t size = s.shape[d];
+  const auto coord = s.mesh.get_coordinate();
+  for (int i = 0; i < level; ++i)
+    if (cur[i].is_shard(d)) size = chunk_of(size, s.mesh.size(i), coord[i]).size;
+  return size;
+}
+
+Shape move_to_front_perm(int64_t ndim, int64_t d) {
+  Shape p{d};
+  for (int64_t i = 0; i < ndim; ++i)
+    if (i != d) p.push_back(i);
+  return p;
+}
+
+Shape inverse_perm(const Shape& p) {
+  Shape inv(p.size());
+  for (size_t i = 0; i < p.size(); ++i) inv[p[i]] = static_cast<int64_t>(i);
+  return inv;
+}
+
+/// x with dim d zero-padded at the end to `size`.
+Tensor pad_dim(const Tensor& x, int64_t d, int64_t size) {
+  if (x.sizes()[d] == size) return x;
+  Shape s = x.sizes();
+  s[d] = size;
+  Tensor out = zeros(s, TensorOptions(x.dtype()).with_device(x.device()));
+  Tensor region = out.narrow(d, 0, x.sizes()[d]);
+  region.copy_(x);
+  return out;
+}
+
+Tensor all_gather_dim(const Tensor& local, ProcessGroup& g, int64_t d, int64_t full) {
+  const int64_t n = g.size();
+  const int64_t c = (full + n - 1) / n;
+  Shape perm = move_to_front_perm(local.dim(), d);
+  Tensor x = pad_dim(local.permute(perm).contiguous(), 0, c).contiguous();
+  Shape os = x.sizes();
+  os[0] = n * c;
+  Tensor out = empty(os, TensorOptions(x.dtype()).with_device(x.device()));
+  comm_debug_note(CommKind::all_gather);
+  g.all_gather(out, x)->wait();
+  return out.narrow(0, 0, full).permute(inverse_perm(perm)).contiguous();
+}
+
+Tensor reduce_scatter_dim(const Tensor& local, ProcessGroup& g, ReduceOp op, int64_t d, int64_t rank) {
+  const int64_t n = g.size();
+  const int64_t full = local.sizes()[d];
+  const int64_t c = (full + n - 1) / n;
+  Shape perm = move_to_front_perm(local.dim(), d);
+  Tensor x = pad_dim(local.permute(perm).contiguous(), 0, n * c).contiguous();
+  Shape os = x.sizes();
+  os[0] = c;
+  Tensor out = empty(os, TensorOptions(x.dtype()).with_device(x.device()));
+  comm_debug_note(CommKind::reduce_scatter);
+  g.reduce_scatter(out, x, op)->wait();
+  const Chunk ch = chunk_of(full, n, rank);
+  return out.narrow(0, 0, ch.size).permute(inverse_perm(perm)).contiguous();
+}
+
+Tensor all_reduce_local(const Tensor& local, ProcessGroup& g, ReduceOp op) {
+  Tensor x = local.clone();
+  comm_debug_note(CommKind::all_reduce);
+  g.all_reduce(x, op)->wait();
+  return x;
+}
+
+/// S(i) -> S(j) on one mesh dim with an all_to_all of padded blocks.
+Tensor all_to_all_dims(const Tensor& local, ProcessGroup& g, int64_t di, int64_t full_i, int64_t dj, int64_t full_j,
+                       int64_t rank) {
+  const int64_t n = g.size();
+  const int64_t ci = (full_i + n - 1) / n, cj = (full_j + n - 1) / n;
+  Tensor x = pad_dim(pad_dim(local, di, ci), dj, n * cj);
+  // Split dim j into [n, cj] and bring the n axis to the front: block k goes to rank k.
+  Shape s = x.sizes();
+  Shape split = s;
+  split[dj] = cj;
+  split.insert(split.begin() + dj, n);
+  Tensor blocks = x.contiguous().view(split);
+  blocks = blocks.permute(move_to_front_perm(blocks.dim(), dj)).contiguous();
+  Tensor recv = empty(blocks.sizes(), TensorOptions(x.dtype()).with_device(x.device()));
+  comm_debug_note(CommKind::all_to_all);
+  g.all_to_all(recv, blocks)->wait();
+  // recv[k] = rank k's rows of dim i (padded to ci) for my chunk of dim j. Put the source axis
+  // before dim i and merge.
+  const int64_t di_r = di + 1;  // axis of dim i in recv (block dims follow the source axis)
+  Shape perm;
+  for (int64_t a = 1; a < recv.dim(); ++a) {
+    if (a == di_r) perm.push_back(0);
+    perm.push_back(a);
+  }
+  Tensor merged = recv.permute(perm).contiguous();
+  Shape ms = merged.sizes();
+  ms.erase(ms.begin() + di);
+  ms[di] = n * ci;
+  merged = merged.view(ms);
+  // Cut the padding: dim i back to full_i (rank k's rows start at k*ci, hold chunk_of(...)).
+  std::vector<Tensor> pieces;
+  for (int64_t k = 0; k < n; ++k) {
+    const Chunk ck = chunk_of(full_i, n, k);
+    if (ck.size > 0) pieces.push_back(merged.narrow(di, k * ci, ck.size));
+  }
+  Tensor full = pieces.empty() ? merged.narrow(di, 0, 0) : (pieces.size() == 1 ? pieces[0] : cat(pieces, di));
+  const Chunk mine = chunk_of(full_j, n, rank);
+  return full.narrow(dj, 0, mine.size).contiguous();
+}
+
+void log_step(const DTensorSpec& s, const RedistributeStep& st) {
+  std::cerr << "[dtensor] redistribute mesh dim " << st.mesh_dim << ": " << st.from.str() << " -> " << st.to.str()
+            << " for " << s.str() << "\n";
+}
+
+}  // namespace
+
+std::vector<RedistributeStep> plan_redistribute(const DTensorSpec& from, const Placements& to_in) {
+  const int nd = from.mesh.ndim();
+  DTR_CHECK(static_cast<int>(to_in.size()) == nd, "redistribute: ", to_in.size(), " placements ",
+            placements_str(to_in), " for a ", nd, "-d mesh");
+  const Placements to = normalize_placements(to_in, static_cast<int64_t>(from.shape.size()), "redistribute");
+  Placements cur = from.placements;
+  std::vector<RedistributeStep> steps;
+  for (int i = 0; i < nd; ++i) {
+    DTR_CHECK(!(cur[i].shards() && to[i].is_partial()), "redistribute: ", cur[i].str(), " -> ", to[i].str(),
+              " is not supported (a shard cannot become a pending reduction); from ", placements_str(cur), " to ",
+              placements_str(to));
+    DTR_CHECK(!cur[i].is_strided_shard() || cur[i] == to[i],
+              "redistribute: changing a strided shard is not supported yet (", placements_str(cur), " -> ",
+              placements_str(to), ")");
+  }
+  // Phase 1: right to left, unshard.
+  for (int i = nd - 1; i >= 0; --i) {
+    if (!cur[i].is_shard()) continue;
+    const int64_t d = cur[i].dim;
+    bool must = cur[i] != to[i];
+    if (!must) {
+      // Kept shard, but a mesh dim to its left changes how d is split: unshard and reapply.
+      for (int j = 0; j < i; ++j)
+        if ((cur[j].is_shard(d) && cur[j] != to[j]) || (to[j].is_shard(d) && cur[j] != to[j])) must = true;
+    }
+    if (!must) continue;
+    // Direct all_to_all when the target is another shard dim and nothing nested interferes.
+    if (to[i].is_shard() && to[i].dim != d) {
+      const int64_t e = to[i].dim;
+      bool nested = false;
+      for (int j = 0; j < nd; ++j)
+        if (j != i && ((cur[j].is_shard(d) || cur[j].is_shard(e)) || (to[j].is_shard(d) || to[j].is_shard(e))))
+          nested = true;
+      if (!nested) {
+        steps.push_back({i, cur[i], to[i]});
+        cur[i] = to[i];
+        continue;
+      }
+    }
+    steps.push_back({i, cur[i], Replicate()});
+    cur[i] = Replicate();
+  }
+  // Phase 2: left to right, apply targets.
+  for (int i = 0; i < nd; ++i) {
+    if (cur[i] == to[i]) continue;
+    if (cur[i].is_partial() && to[i].is_partial()) {  // different pending ops: reduce first
+      steps.push_back({i, cur[i], Replicate()});
+      cur[i] = Replicate();
+    }
+    steps.push_back({i, cur[i], to[i]});
+    cur[i] = to[i];
+  }
+  return steps;
+}
+
+Tensor redistribute_local(const Tensor& local_in, const DTensorSpec& from, const Placements& to_in) {
+  NoGradGuard no_grad;
+  const auto steps = plan_redistribute(from, to_in);
+  Placements cur = from.placements;
+  Tensor local = local_in;
+  const auto coord = from.mesh.get_coordinate();
+  for (const auto& st : steps) {
+    if (dtensor_debug_enabled()) log_step(from, st);
+    const int i = st.mesh_dim;
+    ProcessGroup& g = *from.mesh.group(i);
+    const Placement& a = st.from;
+    const Placement& b = st.to;
+    if (a.is_shard() && b.is_replicate()) {
+      local = all_gather_dim(local, g, a.dim, level_size(from, cur, i, a.dim));
+    } else if (a.is_shard() && b.is_shard()) {
+      local = all_to_all_dims(local, g, a.dim, level_size(from, cur, i, a.dim), b.dim, level_size(from, cur, i, b.dim),
+                              coord[i]);
+    } else if (a.is_partial() && b.is_replicate()) {
+      local = all_reduce_local(local, g, a.reduce);
+    } else if (a.is_partial() && b.is_shard()) {
+      local = reduce_scatter_dim(local, g, a.reduce, b.dim, coord[i]);
+    } else if (a.is_replicate() && b.is_shard()) {
+      const Chunk c = chunk_of(local.sizes()[b.dim], g.size(), coord[i]);
+      local = local.narrow(b.dim, c.size ? c.offset : 0, c.size).contiguous();
+    } else if (a.is_replicate() && b.is_partial()) {
+      if (b.reduce == ReduceOp::SUM) local = div(local, static_cast<double>(g.size()));
+    } else {
+      DTR_ERROR("redistribute: no transition ", a.str(), " -> ", b.str(), " (", from.str(), ")");
+    }
+    cur[i] = b;
+  }
+  return local;
+}
+
+Tensor redistribute(const Tensor& x, const Placements& placements) {
+  const DTensorSpec& from = dtensor_spec(x, "redistribute");
+  DTensorSpec to = from;
+  DTR_CHECK(static_cast<int>(placements.size()) == from.mesh.ndim(), "redistribute: ", placements.size(),
+            " placements ", placements_str(placements), " for a ", from.mesh.ndim(), "-d mesh");
+  to.placements = normalize_placements(placements, static_cast<int64_t>(from.shape.size()), "redistribute");
+  if (to.placements == from.placements) return x;
+  Tensor out = make_dtensor(redistribute_local(local_tensor(x), from, to.placements), to);
+  if (needs_grad({x})) {
+    Placements back = from.placements;
+    for (auto& p : back)
+      if (p.is_partial()) p = Replicate();
+    record("redistribute", {x}, out, [back](const std::vector<Tensor>& g, const std::vector<bool>&) {
+      return std::vector<Tensor>{redistribute(g[0], back)};
+    });
+  }
+  return out;
+}
+
+}  // namespace dtr

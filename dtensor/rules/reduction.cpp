@@ -1,0 +1,90 @@
+// Sharding rules of reductions: a shard on a reduced dim becomes Partial (sum -> sum, amax ->
+// max) with no communication; shards on kept dims move to the output dim; Partial(sum)
+// survives sum, Partial(max) survives amax, other Partials are reduced first. mean is sum /
+// count (count = global size), so uneven shards give the exact mean.
+// max along a dim with indices needs that dim whole (indices are global).
+// Source: PyTorch torch.distributed.tensor._ops._math_ops.
+#include <algorithm>
+
+#include "dtensor/rules/common.h"
+
+namespace dtr::rules {
+namespace {
+
+/// Output dim of input dim d after reducing `dims` (or -1 when d is reduced).
+int64_t out_dim(int64_t d, const Shape& dims, bool keepdim) {
+  if (std::count(dims.begin(), dims.end(), d)) return -1;
+  if (keepdim) return d;
+  return d - std::count_if(dims.begin(), dims.end(), [d](int64_t r) { return r < d; });
+}
+
+ShardingDecision reduce_rule(const OpSchema& s, ReduceOp partial_op) {
+  const DTensorSpec& x = s.spec(0);
+  const Shape dims = reduction_dims(s.call.shape(0), static_cast<int64_t>(x.shape.size()), s.call.name());
+  const bool keepdim = s.call.b(1);
+  Placements in = x.placements, out = x.placements;
+  for (size_t i = 0; i < in.size(); ++i) {
+    const Placement& p = in[i];
+    if (p.is_shard()) {
+      const int64_t od = out_dim(p.dim, dims, keepdim);
+      out[i] = od < 0 ? Partial(partial_op) : Shard(od);
+    } else if (p.is_partial() && p.reduce != partial_op && !(partial_op == ReduceOp::SUM && p.reduce == ReduceOp::AVG)) {
+      in[i] = Replicate();
+      out[i] = Replicate();
+    }
+  }
+  ShardingDecision d;
+  d.input_placements = {in};
+  d.output_placements = {out};
+  d.output_shapes = {reduced_shape(x.shape, dims, keepdim)};
+  return d;
+}
+
+ShardingDecision rule_sum(const OpSchema& s) { return reduce_rule(s, ReduceOp::SUM); }
+ShardingDecision rule_amax(const OpSchema& s) { return reduce_rule(s, ReduceOp::MAX); }
+
+ShardingDecision rule_max_dim(const OpSchema& s) {
+  const DTensorSpec& x = s.spec(0);
+  const int64_t nd = static_cast<int64_t>(x.shape.size());
+  const int64_t d = wrap_dim(s.call.i(0), nd, "max");
+  const bool keepdim = s.call.b(1);
+  Placements in = without_partial(x.placements), out = in;
+  for (size_t i = 0; i < in.size(); ++i) {
+    if (!in[i].is_shard()) continue;
+    if (in[i].dim == d) {
+      in[i] = out[i] = Replicate();
+    } else {
+      out[i] = Shard(out_dim(in[i].dim, {d}, keepdim));
+    }
+  }
+  ShardingDecision dec;
+  dec.input_placements = {in};
+  dec.output_placements = {out, out};
+  Shape os = reduced_shape(x.shape, nd ? Shape{d} : Shape{}, keepdim);
+  dec.output_shapes = {os, os};
+  return dec;
+}
+
+/// max_dim_backward(g, idx; in_shape, d): g and idx have keepdim shape; output the input shape.
+ShardingDecision rule_max_dim_backward(const OpSchema& s) {
+  const DTensorSpec& g = s.spec(0);
+  const int64_t d = s.call.i(1);
+  Placements pl = without_partial(g.placements);
+  for (auto& p : pl)
+    if (p.is_shard(d)) p = Replicate();
+  ShardingDecision dec;
+  dec.input_placements = {pl, pl};
+  dec.output_placements = {pl};
+  dec.output_shapes = {s.call.shape(0)};
+  dec.rewrite_attrs = true;
+  dec.local_attrs = {local_shape_of(s.mesh, s.call.shape(0), pl), d};
+  return dec;
+}
+
+DTR_REGISTER_SHARDING_RULE("sum", rule_sum);
+DTR_REGISTER_SHARDING_RULE("amax", rule_amax);
+DTR_REGISTER_SHARDING_RULE("max_dim", rule_max_dim);
+DTR_REGISTER_SHARDING_RULE("max_dim_backward", rule_max_dim_backward);
+
+}  // namespace
+}  // namespace dtr::rules

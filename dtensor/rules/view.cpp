@@ -1,0 +1,175 @@
+// Sharding rules of view ops. transpose / permute move shard dims; expand shifts them past new
+// leading dims; slice of a sharded dim needs it whole; view / reshape use an exact dim map:
+// input and output dims are grouped by equal products; a shard survives only on the first
+// non-unit input dim of its group when it maps to the first non-unit output dim with a size
+// divisible by the number of shards (flatten: the input dim; split: the first output piece).
+// Anything else: reshape redistributes that mesh dim to Replicate, view raises.
+// Source: PyTorch torch.distributed.tensor._ops._view_ops (dim maps).
+#include "dtensor/rules/common.h"
+
+namespace dtr::rules {
+namespace {
+
+ShardingDecision same_rank(const OpSchema& s, Placements in, Placements out, Shape out_shape) {
+  ShardingDecision d;
+  d.input_placements = {std::move(in)};
+  d.output_placements = {std::move(out)};
+  d.output_shapes = {std::move(out_shape)};
+  return d;
+}
+
+ShardingDecision rule_transpose(const OpSchema& s) {
+  const DTensorSpec& x = s.spec(0);
+  const int64_t nd = static_cast<int64_t>(x.shape.size());
+  const int64_t a = wrap_dim(s.call.i(0), nd, "transpose"), b = wrap_dim(s.call.i(1), nd, "transpose");
+  Placements out = x.placements;
+  for (auto& p : out)
+    if (p.is_shard()) p = Shard(p.dim == a ? b : (p.dim == b ? a : p.dim));
+  Shape sh = x.shape;
+  std::swap(sh[a], sh[b]);
+  return same_rank(s, x.placements, out, sh);
+}
+
+ShardingDecision rule_permute(const OpSchema& s) {
+  const DTensorSpec& x = s.spec(0);
+  const int64_t nd = static_cast<int64_t>(x.shape.size());
+  const Shape& dims = s.call.shape(0);
+  Shape inv(nd), sh(nd);
+  for (int64_t i = 0; i < nd; ++i) {
+    const int64_t d = wrap_dim(dims.at(i), nd, "permute");
+    inv[d] = i;
+    sh[i] = x.shape[d];
+  }
+  Placements out = x.placements;
+  for (auto& p : out)
+    if (p.is_shard()) p = Shard(inv[p.dim]);
+  return same_rank(s, x.placements, out, sh);
+}
+
+ShardingDecision rule_slice(const OpSchema& s) {
+  const DTensorSpec& x = s.spec(0);
+  const int64_t d = s.call.i(0), start = s.call.i(1), end = s.call.i(2), step = s.call.i(3);
+  Placements in = x.placements;
+  for (auto& p : in)
+    if (p.is_shard(d)) p = Replicate();
+  Shape sh = x.shape;
+  sh[d] = (end - start + step - 1) / step;
+  return same_rank(s, in, in, sh);
+}
+
+ShardingDecision rule_slice_backward(const OpSchema& s) {
+  const DTensorSpec& g = s.spec(0);
+  const Shape& in_shape = s.call.shape(0);
+  const int64_t d = s.call.i(1);
+  Placements pl = g.placements;
+  for (auto& p : pl)
+    if (p.is_shard(d)) p = Replicate();
+  ShardingDecision dec = same_rank(s, pl, pl, in_shape);
+  dec.rewrite_attrs = true;
+  dec.local_attrs = s.call.attrs;
+  dec.local_attrs[0] = local_shape_of(s.mesh, in_shape, pl);
+  return dec;
+}
+
+ShardingDecision rule_expand(const OpSchema& s) {
+  const DTensorSpec& x = s.spec(0);
+  const Shape& target = s.call.shape(0);
+  const int64_t lead = static_cast<int64_t>(target.size()) - static_cast<int64_t>(x.shape.size());
+  Shape out_shape(target.size());
+  for (size_t i = 0; i < target.size(); ++i)
+    out_shape[i] = (static_cast<int64_t>(i) >= lead && target[i] == -1) ? x.shape[i - lead] : target[i];
+  Placements in = x.placements, out = x.placements;
+  for (size_t i = 0; i < in.size(); ++i) {
+    if (!in[i].is_shard()) continue;
+    const int64_t d = in[i].dim;
+    if (x.shape[d] == 1 && out_shape[d + lead] != 1) in[i] = out[i] = Replicate();
+    else out[i] = Shard(d + lead);
+  }
+  ShardingDecision dec = same_rank(s, in, out, out_shape);
+  dec.rewrite_attrs = true;
+  dec.local_attrs = {local_shape_of(s.mesh, out_shape, out)};
+  return dec;
+}
+
+Shape infer_target(const Shape& shape, int64_t numel, const char* op, const Shape& from) {
+  Shape out = shape;
+  int64_t known = 1;
+  int infer = -1;
+  for (size_t i = 0; i < out.size(); ++i) {
+    if (out[i] == -1) infer = static_cast<int>(i);
+    else known *= out[i];
+  }
+  if (infer >= 0) out[infer] = known ? numel / known : 0;
+  DTR_CHECK(shape_numel(out) == numel, op, ": shape ", shape, " is invalid for input of shape ", from);
+  return out;
+}
+
+ShardingDecision view_rule(const OpSchema& s, bool strict) {
+  const DTensorSpec& x = s.spec(0);
+  const Shape& in = x.shape;
+  const Shape out = infer_target(s.call.shape(0), shape_numel(in), s.call.name(), in);
+  const int nd = s.mesh.ndim();
+  Placements in_pl = x.placements, out_pl = x.placements;
+  // Group dims by equal products.
+  std::vector<int64_t> group_of_in(in.size(), -1);
+  std::vector<std::pair<int64_t, int64_t>> first_out;  // per group: first non-unit out dim, out size
+  std::vector<int64_t> first_in;                        // per group: first non-unit in dim
+  size_t i = 0, j = 0;
+  const bool empty = shape_numel(in) == 0;
+  while (!empty && (i < in.size() || j < out.size())) {
+    int64_t pi = 1, pj = 1;
+    const size_t i0 = i, j0 = j;
+    if (i < in.size()) pi = in[i++];
+    if (j < out.size()) pj = out[j++];
+    while (pi != pj) {
+      if (pi < pj && i < in.size()) pi *= in[i++];
+      else if (j < out.size()) pj *= out[j++];
+      else break;
+    }
+    const int64_t g = static_cast<int64_t>(first_in.size());
+    int64_t fi = -1, fo = -1;
+    for (size_t a = i0; a < i; ++a) {
+      group_of_in[a] = g;
+      if (fi < 0 && in[a] != 1) fi = static_cast<int64_t>(a);
+    }
+    for (size_t b = j0; b < j; ++b)
+      if (fo < 0 && out[b] != 1) fo = static_cast<int64_t>(b);
+    first_in.push_back(fi);
+    first_out.push_back({fo, fo >= 0 ? out[fo] : 1});
+  }
+  for (int m = 0; m < nd; ++m) {
+    if (!in_pl[m].is_shard()) continue;
+    const int64_t d = in_pl[m].dim;
+    bool ok = !empty && group_of_in[d] >= 0;
+    if (ok) {
+      const int64_t g = group_of_in[d];
+      const int64_t shards = x.num_shards(d);
+      const auto [fo, osize] = first_out[g];
+      ok = first_in[g] == d && fo >= 0 && (osize == in[d] || (in[d] % shards == 0 && osize % shards == 0));
+      if (ok) out_pl[m] = Shard(fo);
+    }
+    if (!ok) {
+      DTR_CHECK(!strict, "view: cannot view ", x.str(), " as ", out, " without communication (tensor dim ", d,
+                " is sharded by mesh dim ", m, "); use reshape");
+      in_pl[m] = out_pl[m] = Replicate();
+    }
+  }
+  ShardingDecision dec = same_rank(s, in_pl, out_pl, out);
+  dec.rewrite_attrs = true;
+  dec.local_attrs = {local_shape_of(s.mesh, out, out_pl)};
+  return dec;
+}
+
+ShardingDecision rule_view(const OpSchema& s) { return view_rule(s, true); }
+ShardingDecision rule_reshape(const OpSchema& s) { return view_rule(s, false); }
+
+DTR_REGISTER_SHARDING_RULE("transpose", rule_transpose);
+DTR_REGISTER_SHARDING_RULE("permute", rule_permute);
+DTR_REGISTER_SHARDING_RULE("slice", rule_slice);
+DTR_REGISTER_SHARDING_RULE("slice_backward", rule_slice_backward);
+DTR_REGISTER_SHARDING_RULE("expand", rule_expand);
+DTR_REGISTER_SHARDING_RULE("view", rule_view);
+DTR_REGISTER_SHARDING_RULE("reshape", rule_reshape);
+
+}  // namespace
+}  // namespace dtr::rules
