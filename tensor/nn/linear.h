@@ -1,0 +1,24 @@
+#pragma once
+// nn::Linear: y = x W^T + b. Source: torch.nn.Linear.
+#include "tensor/nn/module.h"
+
+namespace dtr::nn {
+
+/// Parameters: weight [out, in], bias [out] (optional). Init like PyTorch's reset_parameters
+/// (kaiming_uniform with a = sqrt(5)): weight and bias ~ U(-1/sqrt(in), 1/sqrt(in)), drawn
+/// from the Philox generator (deterministic by seed). Input [..., in] -> output [..., out].
+/// Errors: negative sizes; input last dim != in (from linear()).
+class Linear : public Module {
+ public:
+  Linear(int64_t in_features, int64_t out_features, bool bias = true, DType dtype = DType::f32);
+  std::string type_name() const override { return "Linear"; }
+  Tensor forward(const Tensor& x) override;
+  Tensor weight() const { return parameter("weight"); }
+  /// Undefined when the layer has no bias.
+  Tensor bias() const { return has_parameter("bias") ? parameter("bias") : Tensor(); }
+
+  const int64_t in_features;
+  const int64_t out_features;
+};
+
+}  // namespace dtr::nn
