@@ -1,0 +1,221 @@
+// Datasets: packing, chat JSONL with prompt masking, llm.c shards, the distributed sampler.
+#include <catch2/catch.hpp>
+#include <algorithm>
+#include <filesystem>
+#include <set>
+
+#include "models/data/chat_dataset.h"
+#include "models/data/sampler.h"
+#include "models/data/text_dataset.h"
+#include "models/data/token_shards.h"
+#include "models/formats/gguf.h"
+#include "models/test_util.h"
+#include "models/tokenizer/byte_level.h"
+
+using namespace dtr;
+using namespace dtr::data;
+using namespace dtr::tokenizer;
+using Catch::Matchers::Contains;
+
+namespace {
+
+// Byte tokens only (no merges) + ChatML specials: token id of byte b is b.
+BPETokenizer byte_tokenizer() {
+  BPEVocab v;
+  for (int b = 0; b < 256; ++b) v.tokens.push_back(bytes_to_unicode(std::string(1, static_cast<char>(b))));
+  for (const char* s : {"<|endoftext|>", "<|im_start|>", "<|im_end|>"}) v.tokens.push_back(s);
+  v.types.assign(v.tokens.size(), TokenType::normal);
+  for (int i = 256; i < 259; ++i) v.types[static_cast<size_t>(i)] = TokenType::control;
+  v.eos_id = 256;
+  v.pad_id = 256;
+  return BPETokenizer(std::move(v));
+}
+
+}  // namespace
+
+TEST_CASE("plain text packs into seq_len + 1 windows with eos separators", "[data]") {
+  const BPETokenizer tok = byte_tokenizer();
+  const auto stream = tokenize_documents({"abc", "de"}, tok, tok.eos_id());
+  CHECK(stream == std::vector<int32_t>{'a', 'b', 'c', 256, 'd', 'e', 256});
+  PackedDataset ds(stream, 3);
+  REQUIRE(ds.size() == 2);  // (7 - 1) / 3
+  CHECK(ds.window(0) == std::vector<int32_t>{'a', 'b', 'c', 256});
+  CHECK(ds.window(1) == std::vector<int32_t>{256, 'd', 'e', 256});
+  const Sample s = ds.get(1);
+  CHECK(s.input_ids == std::vector<int32_t>{256, 'd', 'e'});
+  CHECK(s.labels == std::vector<int32_t>{'d', 'e', 256});
+  REQUIRE_THROWS_WITH(ds.window(2), Contains("out of range"));
+  CHECK(split_documents("a\n\nb\n\n\n\nc", "\n\n") == std::vector<std::string>{"a", "b", "c"});
+
+  test::TempDir dir("data_text");
+  test::write_bytes(dir.file("a.txt"), "hello world\n");
+  PackedDataset f = load_text_dataset({dir.file("a.txt")}, tok, 4);
+  CHECK(f.stream().size() == 13);
+  test::write_bytes(dir.file("bad.txt"), "ok text \xC3\x28 more");
+  REQUIRE_THROWS_WITH(load_text_dataset({dir.file("bad.txt")}, tok, 4),
+                      Contains("bad.txt") && Contains("not valid UTF-8 at byte offset 8"));
+  REQUIRE_THROWS_WITH(load_text_dataset({dir.file("a.txt")}, tok, 100), Contains("fewer than seq_len + 1"));
+}
+
+TEST_CASE("chat JSONL: labels only on assistant answers", "[data][chat]") {
+  const BPETokenizer tok = byte_tokenizer();
+  const ChatTemplate tmpl = ChatTemplate::chatml();
+  test::TempDir dir("data_chat");
+  test::write_bytes(dir.file("c.jsonl"),
+                    R"({"messages": [{"role": "user", "content": "Q?"}, {"role": "assistant", "content": "A!"}]})"
+                    "\n\n"
+                    R"({"prompt": "Q?", "response": "A!"})"
+                    "\n");
+  const auto convs = read_chat_jsonl(dir.file("c.jsonl"));
+  REQUIRE(convs.size() == 2);
+  CHECK(convs[0].size() == convs[1].size());
+  std::vector<int32_t> t;
+  std::vector<uint8_t> m;
+  tokenize_chat(convs[0], tok, tmpl, t, m);
+  // <s>user\nQ?<e>\n<s>assistant\nA!<e>\n : trainable = "A!<e>"
+  const std::string rendered = tmpl.render(convs[0], false);
+  CHECK(tok.decode(t) == rendered);
+  std::vector<int32_t> trained;
+  for (size_t i = 0; i < t.size(); ++i)
+    if (m[i]) trained.push_back(t[i]);
+  CHECK(trained == std::vector<int32_t>{'A', '!', 258});
+
+  const Sample s = make_chat_sample(t, m, 40, 256);
+  REQUIRE(s.input_ids.size() == 40);
+  std::vector<int32_t> labelled;
+  for (size_t i = 0; i < s.labels.size(); ++i)
+    if (s.labels[i] != kIgnoreIndex) {
+      labelled.push_back(s.labels[i]);
+      CHECK(s.labels[i] == t[i + 1]);  // shifted: label i is token i + 1
+    }
+  CHECK(labelled == trained);
+  CHECK(s.input_ids.back() == 256);  // padding
+  CHECK(s.labels.back() == kIgnoreIndex);
+
+  const auto samples = load_chat_dataset(dir.file("c.jsonl"), tok, tmpl, 64);
+  REQUIRE(samples.size() == 2);
+  CHECK(samples[0].labels == samples[1].labels);
+  const Batch b = collate(samples);
+  CHECK(b.input_ids.sizes() == Shape{2, 64});
+  CHECK(b.labels.dtype() == DType::i64);
+  CHECK(b.num_label_tokens == 6);
+  // truncated before the answer: dropped
+  int64_t dropped = 0;
+  CHECK(load_chat_dataset(dir.file("c.jsonl"), tok, tmpl, 8, &dropped).empty());
+  CHECK(dropped == 2);
+}
+
+TEST_CASE("a bad JSONL line reports file:line", "[data][chat][errors]") {
+  test::TempDir dir("data_badjsonl");
+  const std::string good = R"({"prompt": "a", "response": "b"})";
+  auto write = [&](const std::string& third) {
+    test::write_bytes(dir.file("x.jsonl"), good + "\n" + good + "\n" + third + "\n");
+    return read_chat_jsonl(dir.file("x.jsonl"));
+  };
+  const std::string where = dir.file("x.jsonl") + ":3";
+  REQUIRE_THROWS_WITH(write("{\"prompt\": \"a\", "), Contains(where) && Contains("invalid JSON"));
+  REQUIRE_THROWS_WITH(write(R"({"prompt": "a"})"), Contains(where) && Contains("messages"));
+  REQUIRE_THROWS_WITH(write(R"({"messages": [{"role": "user"}]})"), Contains(where) && Contains("'content'"));
+  REQUIRE_THROWS_WITH(write(R"({"prompt": 1, "response": "b"})"), Contains(where) && Contains("'prompt'"));
+  REQUIRE_THROWS_WITH(write("[1]"), Contains(where) && Contains("object"));
+  test::write_bytes(dir.file("u.jsonl"), good + "\n\xff\n");
+  REQUIRE_THROWS_WITH(read_chat_jsonl(dir.file("u.jsonl")), Contains("u.jsonl") && Contains("byte offset 33"));
+}
+
+TEST_CASE("llm.c token shards", "[data][shards]") {
+  test::TempDir dir("data_shards");
+  std::vector<uint32_t> toks{0, 1, 65535, 42, 7};
+  write_token_shard(dir.file("v1.bin"), toks, 1);
+  CHECK(std::filesystem::file_size(dir.file("v1.bin")) == 1024 + 10);
+  CHECK(read_token_shard(dir.file("v1.bin")) == toks);
+  toks.push_back(100000);
+  REQUIRE_THROWS_WITH(write_token_shard(dir.file("v1b.bin"), toks, 1), Contains("uint16"));
+  write_token_shard(dir.file("v2.bin"), toks, 2);
+  CHECK(read_token_shard(dir.file("v2.bin")) == toks);
+
+  std::string bytes = test::read_bytes(dir.file("v2.bin"));
+  test::write_bytes(dir.file("trunc.bin"), bytes.substr(0, bytes.size() - 2));
+  REQUIRE_THROWS_WITH(read_token_shard(dir.file("trunc.bin")), Contains("trunc.bin") && Contains("6 tokens"));
+  std::string bad = bytes;
+  bad[0] = 'x';
+  test::write_bytes(dir.file("magic.bin"), bad);
+  REQUIRE_THROWS_WITH(read_token_shard(dir.file("magic.bin")), Contains("bad magic"));
+  bad = bytes;
+  bad[4] = 9;
+  test::write_bytes(dir.file("ver.bin"), bad);
+  REQUIRE_THROWS_WITH(read_token_shard(dir.file("ver.bin")), Contains("unknown version 9"));
+  test::write_bytes(dir.file("short.bin"), "abc");
+  REQUIRE_THROWS_WITH(read_token_shard(dir.file("short.bin")), Contains("shorter than"));
+}
+
+TEST_CASE("sampler: dp ranks' slices form the single-process batch for dp 1..4", "[data][sampler]") {
+  const int64_t n = 103, global = 12;
+  DistributedSampler single(n, global, 0, 1, 1234);
+  std::vector<std::vector<int64_t>> ref;
+  for (int step = 0; step < 20; ++step) ref.push_back(single.next());  // crosses an epoch (8 per epoch)
+  CHECK(single.batches_per_epoch() == 8);
+  for (int dp = 1; dp <= 4; ++dp) {
+    std::vector<DistributedSampler> ranks;
+    for (int r = 0; r < dp; ++r) ranks.emplace_back(n, global, r, dp, 1234);
+    for (int step = 0; step < 20; ++step) {
+      std::vector<int64_t> u;
+      for (auto& s : ranks) {
+        auto part = s.next();
+        CHECK(static_cast<int64_t>(part.size()) == global / dp);
+        u.insert(u.end(), part.begin(), part.end());
+      }
+      INFO("dp " << dp << " step " << step);
+      CHECK(u == ref[static_cast<size_t>(step)]);
+    }
+  }
+  // each epoch is a permutation: batches of one epoch never repeat an index
+  std::set<int64_t> seen;
+  for (int b = 0; b < 8; ++b)
+    for (auto i : ref[static_cast<size_t>(b)]) CHECK(seen.insert(i).second);
+  // different epochs and seeds give different orders; the same seed gives the same order
+  CHECK(epoch_permutation(50, 1, 0) != epoch_permutation(50, 1, 1));
+  CHECK(epoch_permutation(50, 1, 0) != epoch_permutation(50, 2, 0));
+  CHECK(epoch_permutation(50, 1, 3) == epoch_permutation(50, 1, 3));
+  auto p = epoch_permutation(50, 9, 0);
+  std::sort(p.begin(), p.end());
+  CHECK(p == epoch_permutation(50, 9, 0, /*shuffle=*/false));
+  REQUIRE_THROWS_WITH(DistributedSampler(n, 10, 0, 4, 1), Contains("not divisible by dp_size 4"));
+  REQUIRE_THROWS_WITH(DistributedSampler(5, 8, 0, 1, 1), Contains("fewer than one global batch"));
+}
+
+TEST_CASE("sampler: resume continues the same sequence", "[data][sampler]") {
+  DistributedSampler a(50, 8, 1, 2, 77);
+  std::vector<std::vector<int64_t>> seq;
+  for (int i = 0; i < 15; ++i) seq.push_back(a.next());
+  for (int stop : {0, 3, 6, 7, 11}) {
+    DistributedSampler b(50, 8, 1, 2, 77);
+    for (int i = 0; i < stop; ++i) b.next();
+    const nlohmann::json saved = nlohmann::json::parse(b.state_dict().dump());
+    DistributedSampler c(50, 8, 1, 2, 77);
+    c.load_state_dict(saved);
+    for (int i = stop; i < 15; ++i) CHECK(c.next() == seq[static_cast<size_t>(i)]);
+  }
+  DistributedSampler other_seed(50, 8, 1, 2, 78);
+  REQUIRE_THROWS_WITH(other_seed.load_state_dict(a.state_dict()), Contains("seed"));
+}
+
+TEST_CASE("real data: perlfaq JSONL with the SmolLM2 tokenizer", "[data][real]") {
+  const char* model = "data/smollm2-135m-instruct.gguf";
+  const char* faq = "data/perlfaq-val.jsonl";
+  if (!std::filesystem::exists(model) || !std::filesystem::exists(faq)) {
+    WARN("SKIP: " << model << " or " << faq << " is absent (run scripts/fetch-model.sh and scripts/fetch-data.sh)");
+    return;
+  }
+  const gguf::GGUFFile g = gguf::GGUFFile::open(model);
+  const BPETokenizer tok = BPETokenizer::from_gguf(g);
+  const ChatTemplate tmpl = ChatTemplate::from_jinja(g.get("tokenizer.chat_template").as_string());
+  int64_t dropped = 0;
+  const auto samples = load_chat_dataset(faq, tok, tmpl, 512, &dropped);
+  CHECK(samples.size() + static_cast<size_t>(dropped) == read_chat_jsonl(faq).size());
+  REQUIRE(!samples.empty());
+  for (const auto& s : samples) {
+    // every sample starts with the prompt (no labels), and has some labels
+    CHECK(s.labels[0] == kIgnoreIndex);
+    CHECK(std::any_of(s.labels.begin(), s.labels.end(), [](int32_t l) { return l != kIgnoreIndex; }));
+  }
+}
