@@ -1,0 +1,94 @@
+// CPU kernels of cross_entropy (per row: logsumexp - logit[target], f64 sum over rows) and
+// cross_entropy_backward ((softmax - onehot) * g / count).
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <vector>
+
+#include "tensor/dispatch.h"
+#include "tensor/ops.h"
+#include "tensor/ops/cpu/loops.h"
+
+namespace dtr {
+namespace {
+
+Tensor contig(const Tensor& t) { return t.is_contiguous() ? t : contiguous(t.detach()); }
+
+/// Targets as int64, checked: each in [0, C) or == ignore_index. Returns the non-ignored count.
+int64_t checked_targets(const Tensor& targets, int64_t C, int64_t ignore, std::vector<int64_t>& v, const char* op) {
+  v = targets.to_vector<int64_t>();
+  int64_t count = 0;
+  for (size_t i = 0; i < v.size(); ++i) {
+    if (v[i] == ignore) continue;
+    DTR_CHECK(v[i] >= 0 && v[i] < C, op, ": target ", v[i], " at position ", i, " is out of range [0, ", C,
+              ") (ignore_index=", ignore, ")");
+    ++count;
+  }
+  return count;
+}
+
+template <class T>
+T row_lse(const T* x, int64_t C) {
+  T m = -std::numeric_limits<T>::infinity();
+  for (int64_t j = 0; j < C; ++j) m = std::max(m, x[j]);
+  if (m == -std::numeric_limits<T>::infinity()) return m;
+  T s = 0;
+  for (int64_t j = 0; j < C; ++j) s += std::exp(x[j] - m);
+  return m + std::log(s);
+}
+
+std::vector<Tensor> k_cross_entropy(const OpCall& c) {
+  Tensor x = contig(c.inputs[0]);
+  const int64_t N = x.sizes()[0], C = x.sizes()[1], ignore = c.i(0);
+  std::vector<int64_t> tg;
+  const int64_t count = checked_targets(c.inputs[1], C, ignore, tg, "cross_entropy");
+  Tensor out = empty({}, TensorOptions(x.dtype()));
+  cpu::dispatch_floating(x.dtype(), "cross_entropy", [&](auto tag) {
+    using T = decltype(tag);
+    const T* px = static_cast<const T*>(x.data_ptr());
+    double total = 0;
+#pragma omp parallel for schedule(static) reduction(+ : total) if (N * C >= cpu::kParallelGrain)
+    for (int64_t i = 0; i < N; ++i) {
+      if (tg[i] == ignore) continue;
+      const T* row = px + i * C;
+      total += static_cast<double>(row_lse(row, C)) - static_cast<double>(row[tg[i]]);
+    }
+    *static_cast<T*>(out.data_ptr()) = static_cast<T>(count == 0 ? 0.0 : total / static_cast<double>(count));
+  });
+  return {out};
+}
+
+/// inputs {g (0-d), logits, targets}, attrs {ignore_index} -> dlogits.
+std::vector<Tensor> k_cross_entropy_backward(const OpCall& c) {
+  Tensor x = contig(c.inputs[1]);
+  const int64_t N = x.sizes()[0], C = x.sizes()[1], ignore = c.i(0);
+  std::vector<int64_t> tg;
+  const int64_t count = checked_targets(c.inputs[2], C, ignore, tg, "cross_entropy_backward");
+  const double g = c.inputs[0].item<double>();
+  Tensor out = empty(x.sizes(), TensorOptions(x.dtype()));
+  cpu::dispatch_floating(x.dtype(), "cross_entropy_backward", [&](auto tag) {
+    using T = decltype(tag);
+    const T* px = static_cast<const T*>(x.data_ptr());
+    T* po = static_cast<T*>(out.data_ptr());
+    const T k = static_cast<T>(count == 0 ? 0.0 : g / static_cast<double>(count));
+#pragma omp parallel for schedule(static) if (N * C >= cpu::kParallelGrain)
+    for (int64_t i = 0; i < N; ++i) {
+      T* o = po + i * C;
+      if (tg[i] == ignore) {
+        std::fill(o, o + C, T(0));
+        continue;
+      }
+      const T* row = px + i * C;
+      const T lse = row_lse(row, C);
+      for (int64_t j = 0; j < C; ++j) o[j] = std::exp(row[j] - lse) * k;
+      o[tg[i]] -= k;
+    }
+  });
+  return {out};
+}
+
+DTR_REGISTER_KERNEL("cross_entropy", DeviceType::CPU, k_cross_entropy);
+DTR_REGISTER_KERNEL("cross_entropy_backward", DeviceType::CPU, k_cross_entropy_backward);
+
+}  // namespace
+}  // namespace dtr

@@ -1,0 +1,49 @@
+// scaled_dot_product_attention: q [B, Hq, T, D], k [B, Hkv, S, D], v [B, Hkv, S, Dv].
+// Op "sdpa" -> {out [B, Hq, T, Dv], lse [B, Hq, T]}: blocked over keys with an online softmax
+// (Flash-attention), so only the output and the per-row logsumexp are kept. Op
+// "sdpa_backward" recomputes the probabilities blockwise from (q, k, v, out, lse)
+// (Flash-attention 2 backward) -> {dq, dk, dv}; dk/dv sum over the query heads of a group.
+// Causal mask: key j is visible from query i when j <= i + (S - T) (bottom-right aligned, the
+// KV-cache convention of Hugging Face / flash-attn); a query row that sees no key outputs 0.
+// Source: Dao et al. 2022 (FlashAttention), Dao 2023 (FlashAttention-2); GQA: Ainslie et al. 2023.
+#include <cmath>
+
+#include "tensor/autograd/node.h"
+#include "tensor/dispatch.h"
+#include "tensor/ops.h"
+
+namespace dtr {
+
+Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tensor& v, bool is_causal,
+                                    std::optional<double> scale) {
+  DTR_CHECK(q.dim() == 4 && k.dim() == 4 && v.dim() == 4, "scaled_dot_product_attention: expected q [B, Hq, T, D], ",
+            "k/v [B, Hkv, S, D], got q ", q.sizes(), ", k ", k.sizes(), ", v ", v.sizes());
+  DTR_CHECK(is_floating(q.dtype()) && q.dtype() == k.dtype() && q.dtype() == v.dtype(),
+            "scaled_dot_product_attention: q, k, v must share one floating dtype, got ", q.dtype(), ", ", k.dtype(),
+            ", ", v.dtype());
+  const int64_t B = q.sizes()[0], Hq = q.sizes()[1], D = q.sizes()[3], Hkv = k.sizes()[1], S = k.sizes()[2];
+  DTR_CHECK(k.sizes()[0] == B && v.sizes()[0] == B, "scaled_dot_product_attention: batch sizes differ: q ", q.sizes(),
+            ", k ", k.sizes(), ", v ", v.sizes());
+  DTR_CHECK(Hkv > 0 && v.sizes()[1] == Hkv && Hq % Hkv == 0,
+            "scaled_dot_product_attention: query heads Hq=", Hq, " must be a multiple of key/value heads Hkv=", Hkv,
+            " (k ", k.sizes(), ", v ", v.sizes(), ")");
+  DTR_CHECK(k.sizes()[3] == D && v.sizes()[2] == S, "scaled_dot_product_attention: shape mismatch: q ", q.sizes(),
+            ", k ", k.sizes(), ", v ", v.sizes(), " (need k's head dim = q's and k, v of equal length)");
+  const double sc = scale ? *scale : 1.0 / std::sqrt(static_cast<double>(D));
+  static const OpDef* op = op_def("sdpa");
+  std::vector<Tensor> outs = dispatch(OpCall{op, {q, k, v}, {is_causal, sc}});
+  Tensor out = outs[0];
+  if (needs_grad({q, k, v})) {
+    record("sdpa", {q, k, v}, out,
+           [sq = SavedTensor(q), sk = SavedTensor(k), sv = SavedTensor(v), so = SavedTensor(out.detach()),
+            sl = SavedTensor(outs[1]), is_causal, sc](const std::vector<Tensor>& g, const std::vector<bool>&) {
+             static const OpDef* bw = op_def("sdpa_backward");
+             const char* nm = "scaled_dot_product_attention";
+             return dispatch(OpCall{bw, {g[0], sq.get(nm), sk.get(nm), sv.get(nm), so.get(nm), sl.get(nm)},
+                                    {is_causal, sc}});
+           });
+  }
+  return out;
+}
+
+}  // namespace dtr
