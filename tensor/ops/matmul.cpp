@@ -44,6 +44,9 @@ Tensor matmul(const Tensor& a, const Tensor& b) {
     DTR_CHECK(a.size(0) == b.size(0), "matmul: vector sizes differ: ", a.sizes(), " vs ", b.sizes());
     return sum(mul(a, b));
   }
+  // Check here so the message names matmul and the caller's shapes (not an inner mm's).
+  DTR_CHECK(a.size(-1) == b.size(b.dim() == 1 ? 0 : -2), "matmul: inner dims differ: a ", a.sizes(), " vs b ",
+            b.sizes());
   if (a.dim() == 2 && b.dim() == 2) return mm(a, b);
   if (a.dim() == 1) return squeeze(matmul(unsqueeze(a, 0), b), -2);
   if (b.dim() == 1) return squeeze(matmul(a, unsqueeze(b, 1)), -1);
