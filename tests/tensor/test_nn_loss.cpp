@@ -1,0 +1,48 @@
+// cross_entropy: hand-checked loss, ignore_index (including all ignored -> 0, no NaN),
+// stability, target errors, backward against finite differences.
+#include <catch2/catch.hpp>
+#include <cmath>
+
+#include "gradcheck.h"
+#include "tensor/random.h"
+
+using namespace dtr;
+using dtr::testing::gradcheck;
+
+TEST_CASE("cross_entropy forward hand-checked", "[loss]") {
+  Tensor logits = from_vector<double>({0, 1, 2, 5, 5, 5}, {2, 3});
+  Tensor t = from_vector<int64_t>({2, 0}, {2});
+  const double l0 = std::log(1 + std::exp(1.0) + std::exp(2.0)) - 2.0, l1 = std::log(3.0);
+  CHECK(cross_entropy(logits, t).item<double>() == Approx((l0 + l1) / 2));
+  CHECK(cross_entropy(logits, from_vector<int64_t>({2, -100}, {2})).item<double>() == Approx(l0));
+  CHECK(cross_entropy(logits, from_vector<int64_t>({7, 1}, {2}), 7).item<double>() == Approx(l1));
+  // every token ignored: 0 and a zero gradient, no NaN
+  Tensor lg = logits.clone().set_requires_grad(true);
+  Tensor loss = cross_entropy(lg, from_vector<int64_t>({-100, -100}, {2}));
+  CHECK(loss.item<double>() == 0.0);
+  loss.backward();
+  CHECK(lg.grad().to_vector<double>() == std::vector<double>(6, 0.0));
+  // large logits stay finite (f32)
+  Tensor big = from_vector<float>({1000.f, 0.f, -1000.f}, {1, 3});
+  CHECK(cross_entropy(big, from_vector<int64_t>({1}, {1})).item<float>() == Approx(1000.0f));
+  CHECK(cross_entropy(zeros({0, 3}), zeros({0}, DType::i64)).item<float>() == 0.0f);
+}
+
+TEST_CASE("cross_entropy errors", "[loss]") {
+  Tensor logits = zeros({2, 3});
+  CHECK_THROWS_WITH(cross_entropy(logits, from_vector<int64_t>({1, 3}, {2})),
+                    Catch::Contains("target 3") && Catch::Contains("position 1") && Catch::Contains("[0, 3)"));
+  CHECK_THROWS_WITH(cross_entropy(logits, from_vector<int64_t>({-1, 0}, {2})), Catch::Contains("target -1"));
+  CHECK_THROWS_WITH(cross_entropy(logits, zeros({3}, DType::i64)), Catch::Contains("targets"));
+}
+
+TEST_CASE("cross_entropy backward matches finite differences", "[loss][grad]") {
+  manual_seed(9);
+  Tensor x = uniform({5, 4}, -3, 3, TensorOptions(DType::f64)).set_requires_grad(true);
+  Tensor t = from_vector<int64_t>({3, -100, 0, 2, -100}, {5});
+  CHECK(gradcheck([t](const std::vector<Tensor>& v) { return cross_entropy(v[0], t); }, {x}) == "");
+  Tensor xt = uniform({4, 5}, -3, 3, TensorOptions(DType::f64)).set_requires_grad(true);
+  CHECK(gradcheck([t](const std::vector<Tensor>& v) { return mul(cross_entropy(v[0].t(), t), 2.5); }, {xt}) == "");
+  Tensor t32 = from_vector<int32_t>({1, 1, 0, 3, 2}, {5});
+  CHECK(gradcheck([t32](const std::vector<Tensor>& v) { return cross_entropy(v[0], t32); }, {x}) == "");
+}

@@ -1,0 +1,63 @@
+// rope_tables and rotary_embedding (HF rotate-half): hand-checked tables, the rotation
+// preserves pair norms, relative-position property, backward against finite differences
+// (x, and cos/sin when they require grad), broadcasting tables, non-contiguous x.
+#include <catch2/catch.hpp>
+#include <cmath>
+
+#include "gradcheck.h"
+#include "tensor/random.h"
+
+using namespace dtr;
+using dtr::testing::gradcheck;
+
+namespace {
+Tensor leaf(const Shape& s) { return uniform(s, -1, 1, TensorOptions(DType::f64)).set_requires_grad(true); }
+}  // namespace
+
+TEST_CASE("rope_tables hand-checked", "[rope]") {
+  auto [c, s] = rope_tables(3, 4, 100.0, 2, DType::f64);
+  REQUIRE(c.sizes() == Shape{3, 4});
+  auto cv = c.to_vector<double>(), sv = s.to_vector<double>();
+  // position 2 + t, inv_freq = {1, 100^(-1/2) = 0.1}; emb = cat(freqs, freqs)
+  CHECK(cv[0] == Approx(std::cos(2.0)));
+  CHECK(cv[1] == Approx(std::cos(0.2)));
+  CHECK(cv[2] == Approx(std::cos(2.0)));
+  CHECK(sv[4 + 3] == Approx(std::sin(0.3)));
+  CHECK(rope_tables(2, 4, 1e4, 0, DType::bf16).first.dtype() == DType::bf16);
+  CHECK_THROWS_WITH(rope_tables(2, 3, 1e4, 0), Catch::Contains("even"));
+}
+
+TEST_CASE("rotary_embedding forward", "[rope]") {
+  // D = 2: out = (x0 c - x1 s, x1 c + x0 s), a plain rotation by angle pos * 1
+  auto [c, s] = rope_tables(2, 2, 10000.0, 0, DType::f64);
+  Tensor x = from_vector<double>({1, 0, 1, 0}, {1, 1, 2, 2});
+  auto y = rotary_embedding(x, c, s).to_vector<double>();
+  CHECK(y[0] == Approx(1.0));
+  CHECK(y[1] == Approx(0.0).margin(1e-15));
+  CHECK(y[2] == Approx(std::cos(1.0)));
+  CHECK(y[3] == Approx(std::sin(1.0)));
+  // q.k after rotation depends only on the position difference
+  manual_seed(2);
+  Tensor q = randn({1, 1, 1, 8}, DType::f64), k = randn({1, 1, 1, 8}, DType::f64);
+  auto dot_at = [&](int64_t pq, int64_t pk) {
+    auto [cq, sq] = rope_tables(1, 8, 10000.0, pq, DType::f64);
+    auto [ck, sk] = rope_tables(1, 8, 10000.0, pk, DType::f64);
+    return sum(mul(rotary_embedding(q, cq, sq), rotary_embedding(k, ck, sk))).item<double>();
+  };
+  CHECK(dot_at(7, 3) == Approx(dot_at(14, 10)));
+  CHECK_THROWS_WITH(rotary_embedding(zeros({1, 1, 2, 4}), zeros({3, 4}), zeros({3, 4})),
+                    Catch::Contains("broadcast"));
+}
+
+TEST_CASE("rotary_embedding backward matches finite differences", "[rope][grad]") {
+  manual_seed(8);
+  auto [c, s] = rope_tables(3, 6, 10000.0, 1, DType::f64);
+  auto fx = [c, s](const std::vector<Tensor>& v) { return rotary_embedding(v[0], c, s); };
+  CHECK(gradcheck(fx, {leaf({2, 2, 3, 6})}) == "");
+  CHECK(gradcheck([c, s](const std::vector<Tensor>& v) { return rotary_embedding(v[0].transpose(1, 2), c, s); },
+                  {leaf({1, 3, 2, 6})}) == "");
+  CHECK(gradcheck(fx, {leaf({0, 2, 3, 6})}) == "");
+  // general (non-table) cos/sin, broadcast [B, 1, T, D], all inputs require grad
+  CHECK(gradcheck([](const std::vector<Tensor>& v) { return rotary_embedding(v[0], v[1], v[2]); },
+                  {leaf({2, 3, 4, 4}), leaf({2, 1, 4, 4}), leaf({2, 1, 4, 4})}) == "");
+}
