@@ -90,6 +90,32 @@ TEST_CASE("AdamW on bf16 parameters tracks the f32 result within bf16 rounding",
   CHECK(testing::max_abs_diff(p16.to(DType::f32), ref) < 3 * 1.1 * std::pow(2.0, -8));
 }
 
+TEST_CASE("AdamW on a large parameter (OpenMP path) equals the scalar formula", "[optim][adamw]") {
+  manual_seed(52);
+  const int64_t n = 70000;  // above the parallel threshold
+  const double lr = 1e-2, b1 = 0.9, b2 = 0.95, eps = 1e-8, wd = 0.1;
+  Tensor p = uniform({n}, -1, 1, TensorOptions(DType::f64)).set_requires_grad(true);
+  std::vector<double> ref = p.to_vector<double>(), m(n, 0.0), v(n, 0.0);
+  AdamW opt({p}, AdamWOptions{lr, b1, b2, eps, wd});
+  for (int t = 1; t <= 2; ++t) {
+    Tensor g = uniform({n}, -1, 1, TensorOptions(DType::f64));
+    p.set_grad(g);
+    opt.step();
+    auto gv = g.to_vector<double>();
+    const double bc1 = 1 - std::pow(b1, t), bc2s = std::sqrt(1 - std::pow(b2, t));
+    for (int64_t i = 0; i < n; ++i) {
+      ref[i] *= 1 - lr * wd;
+      m[i] += (1 - b1) * (gv[i] - m[i]);
+      v[i] = v[i] * b2 + (1 - b2) * gv[i] * gv[i];
+      ref[i] -= lr / bc1 * (m[i] / (std::sqrt(v[i]) / bc2s + eps));
+    }
+  }
+  auto got = p.to_vector<double>();
+  double worst = 0;
+  for (int64_t i = 0; i < n; ++i) worst = std::max(worst, std::abs(got[i] - ref[i]));
+  CHECK(worst < kF64Tol);
+}
+
 TEST_CASE("SGD with momentum, nesterov and weight decay equals a hand loop", "[optim][sgd]") {
   const double lr = 0.1, mom = 0.9, wd = 0.01;
   for (bool nesterov : {false, true}) {
