@@ -54,3 +54,14 @@ TEST_CASE("dropout keep rate and backward mask", "[dropout][grad]") {
   // bf16 input keeps its dtype
   CHECK(dropout(ones({8}, DType::bf16), 0.5, true).dtype() == DType::bf16);
 }
+
+TEST_CASE("dropout backward matches finite differences with a fixed mask", "[dropout][grad]") {
+  manual_seed(31);
+  const GeneratorState s0 = generator_state();
+  // restoring the generator state before each call fixes (seed, offset) and so the mask
+  auto f = [s0](const std::vector<Tensor>& v) {
+    set_generator_state(s0);
+    return dropout(v[0].t(), 0.4, true);
+  };
+  CHECK(dtr::testing::gradcheck(f, {uniform({5, 4}, -1, 1, TensorOptions(DType::f64)).set_requires_grad(true)}) == "");
+}

@@ -46,3 +46,25 @@ TEST_CASE("cross_entropy backward matches finite differences", "[loss][grad]") {
   Tensor t32 = from_vector<int32_t>({1, 1, 0, 3, 2}, {5});
   CHECK(gradcheck([t32](const std::vector<Tensor>& v) { return cross_entropy(v[0], t32); }, {x}) == "");
 }
+
+TEST_CASE("cross_entropy equals the composite log_softmax formula on a large input", "[loss]") {
+  manual_seed(12);
+  const int64_t N = 64, C = 1000;  // parallel path
+  Tensor x = mul(randn({N, C}, DType::f64), 4.0);
+  std::vector<int64_t> t(N);
+  std::vector<double> onehot(static_cast<size_t>(N * C), 0.0);
+  for (int64_t i = 0; i < N; ++i) {
+    t[i] = (i * 37) % C;
+    if (i % 5 == 0) t[i] = -100;
+    else onehot[i * C + t[i]] = 1.0;
+  }
+  const double count = static_cast<double>(N - (N + 4) / 5);
+  Tensor oh = from_vector<double>(onehot, {N, C});
+  Tensor xa = x.clone().set_requires_grad(true), xb = x.clone().set_requires_grad(true);
+  Tensor a = cross_entropy(xa, from_vector<int64_t>(t, {N}));
+  Tensor b = div(neg(sum(mul(log_softmax(xb, 1), oh))), count);
+  CHECK(a.item<double>() == Approx(b.item<double>()).epsilon(1e-13));
+  a.backward();
+  b.backward();
+  CHECK(dtr::testing::max_abs_diff(xa.grad(), xb.grad()) < 1e-14);
+}

@@ -69,3 +69,13 @@ TEST_CASE("softmax errors", "[softmax]") {
   CHECK_THROWS_WITH(softmax(zeros({2, 3}), 2), Catch::Contains("softmax"));
   CHECK_THROWS_WITH(softmax(zeros({2}, DType::i64), 0), Catch::Contains("floating"));
 }
+
+TEST_CASE("softmax equals the composite formula on large inputs", "[softmax]") {
+  manual_seed(5);
+  Tensor x = mul(randn({40, 50, 30}, DType::f64), 5.0);  // parallel path, inner > 1 for dim 1
+  for (int64_t d : {1, 2}) {
+    Tensor e = exp(sub(x, amax(x, {d}, true)));
+    CHECK(dtr::testing::max_abs_diff(softmax(x, d), div(e, sum(e, {d}, true))) < 1e-14);
+    CHECK(dtr::testing::max_abs_diff(log_softmax(x, d), log(div(e, sum(e, {d}, true)))) < 1e-12);
+  }
+}
