@@ -18,11 +18,12 @@ using namespace dtr::optim;
 using json = nlohmann::json;
 
 namespace {
-// f64: the same operations in the same order as torch; only FMA contraction in torch's
-// vectorised kernels may differ, O(1e-16) per step.
+// f64: the same operations in the same order as torch (bitwise equal with torch 2.15); the
+// margin only allows for FMA contraction differences in other builds, O(1e-16) per step.
 constexpr double kF64Tol = 1e-12;
-// f32: a few ulps of rounding per step over 10 steps on values of size ~1.
-constexpr double kF32Tol = 2e-6;
+// f32: parameters of size < 2 (ulp <= 1.2e-7); the observed worst is 1 ulp (1.5e-8 on values
+// ~0.3); allow ~2 ulps at the largest magnitude for FMA / ordering differences.
+constexpr double kF32Tol = 2.5e-7;
 
 json load_fixture() {
   std::ifstream f("tests/golden/adamw_fixture.json");
