@@ -35,7 +35,7 @@ struct Cursor {
   std::string read_string(const char* what, const std::string& key = {}) {
     const uint64_t start = off;
     const uint64_t n = read<uint64_t>(what, key);
-    DTR_CHECK(n <= left(), file, ": ", what, key.empty() ? "" : " of '", key, key.empty() ? "" : "'",
+    DTR_CHECK(n <= left(), file, ": truncated: ", what, key.empty() ? "" : " of '", key, key.empty() ? "" : "'",
               " at offset ", start, " has length ", n, " which runs past the end of the file (", size, " bytes)");
     std::string s(reinterpret_cast<const char*>(p + off), n);
     off += n;
