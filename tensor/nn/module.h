@@ -120,8 +120,8 @@ class Module : public std::enable_shared_from_this<Module> {
   Module& apply(const std::function<void(Module&)>& fn);
 
   // ---- mode --------------------------------------------------------------------------------
-  /// Sets training mode on this module and all descendants.
-  Module& train(bool mode = true);
+  /// Sets training mode on this module and all descendants (virtual: a layer may extend it).
+  virtual Module& train(bool mode = true);
   Module& eval() { return train(false); }
   bool is_training() const { return training_; }
 
