@@ -4,6 +4,8 @@
 #include <cstring>
 #include <iostream>
 #include <mutex>
+#include <optional>
+#include <sstream>
 #include <unordered_map>
 
 #include "dtensor/comm_debug.h"
@@ -79,7 +81,7 @@ class DTensorDispatcher final : public DistributedDispatcher {
                   s.mesh.str(), ")");
       }
     const DeviceMesh& mesh = first->mesh;
-    std::vector<DTensorSpec> implicit(call.inputs.size());
+    std::vector<std::optional<DTensorSpec>> implicit(call.inputs.size());
     std::vector<const DTensorSpec*> specs(call.inputs.size(), nullptr);
     for (size_t i = 0; i < call.inputs.size(); ++i) {
       const Tensor& t = call.inputs[i];
@@ -87,8 +89,8 @@ class DTensorDispatcher final : public DistributedDispatcher {
       if (t.is_distributed()) {
         specs[i] = &dtensor_spec(t);
       } else {
-        implicit[i] = DTensorSpec{mesh, replicate_all(mesh.ndim()), t.sizes(), t.dtype()};
-        specs[i] = &implicit[i];
+        implicit[i].emplace(DTensorSpec{mesh, replicate_all(mesh.ndim()), t.sizes(), t.dtype()});
+        specs[i] = &*implicit[i];
       }
     }
     OpSchema schema{call, specs, mesh};
@@ -146,15 +148,18 @@ class DTensorDispatcher final : public DistributedDispatcher {
     return wrapped;
   }
 
+  /// The gradient of a leaf lands in the leaf's placements, Partial mapped to Replicate (the
+  /// gradient of a pending sum is the same on every rank).
   Tensor grad_for_leaf(const Tensor& leaf, const Tensor& grad) override {
     const DTensorSpec& ls = dtensor_spec(leaf, "AccumulateGrad");
+    const Placements want = without_partial(ls.placements);
     if (!grad.is_distributed()) {
       // A plain gradient for a distributed leaf: treat it as the replicated full value.
       DTensorSpec rs{ls.mesh, replicate_all(ls.mesh.ndim()), grad.sizes(), grad.dtype()};
-      return make_dtensor(redistribute_local(grad, rs, ls.placements), DTensorSpec{ls.mesh, ls.placements, ls.shape, grad.dtype()});
+      return make_dtensor(redistribute_local(grad, rs, want), DTensorSpec{ls.mesh, want, ls.shape, grad.dtype()});
     }
-    if (dtensor_spec(grad).placements == ls.placements) return grad;
-    return redistribute(grad, ls.placements);
+    if (dtensor_spec(grad).placements == want) return grad;
+    return redistribute(grad, want);
   }
 
   static std::string describe(const OpSchema& s) {

@@ -46,6 +46,15 @@ std::string placements_str(const Placements& p) {
   return os.str();
 }
 
+Placements replicate_all(int ndim) { return Placements(static_cast<size_t>(ndim), Replicate()); }
+
+Placements without_partial(const Placements& p) {
+  Placements out = p;
+  for (auto& x : out)
+    if (x.is_partial()) x = Replicate();
+  return out;
+}
+
 Chunk chunk_of(int64_t size, int64_t n, int64_t idx) {
   const int64_t c = (size + n - 1) / n;
   const int64_t start = std::min(idx * c, size);

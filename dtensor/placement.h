@@ -47,6 +47,10 @@ Placement Partial(ReduceOp op = ReduceOp::SUM);
 Placement StridedShard(int64_t dim, int64_t split_factor);
 
 std::string placements_str(const Placements& p);
+/// [Replicate()] * ndim.
+Placements replicate_all(int ndim);
+/// p with every Partial replaced by Replicate.
+Placements without_partial(const Placements& p);
 
 /// torch.chunk rule: size and start of chunk `idx` of `size` split in `n`. An empty chunk
 /// starts at `size` (so checkpoint offsets never collide).

@@ -78,13 +78,4 @@ std::vector<Strategy> expand_strategies(const std::vector<std::vector<DimOption>
   return out;
 }
 
-Placements replicate_all(int ndim) { return Placements(static_cast<size_t>(ndim), Replicate()); }
-
-Placements without_partial(const Placements& p) {
-  Placements out = p;
-  for (auto& x : out)
-    if (x.is_partial()) x = Replicate();
-  return out;
-}
-
 }  // namespace dtr

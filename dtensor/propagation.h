@@ -75,11 +75,6 @@ struct PropagationStats {
 PropagationStats propagation_stats();
 void clear_propagation_cache();
 
-/// Placements helpers.
-Placements replicate_all(int ndim);
-/// p with every Partial replaced by Replicate.
-Placements without_partial(const Placements& p);
-
 #define DTR_REGISTER_SHARDING_RULE(name, fn) \
   static const bool DTR_CONCAT(dtr_rule_reg_, __LINE__) = (::dtr::register_sharding_rule(name, fn), true)
 

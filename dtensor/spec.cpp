@@ -52,10 +52,8 @@ Tensor make_dtensor(const Tensor& local, const DTensorSpec& spec) {
   impl->strides = contiguous_strides(spec.shape);
   impl->dtype = local.dtype();
   impl->device = local.device();
-  auto st = std::make_shared<DTensorState>();
-  st->spec = spec;
+  auto st = std::make_shared<DTensorState>(spec, local);
   st->spec.dtype = local.dtype();
-  st->local = local;
   impl->dist = std::move(st);
   return Tensor(std::move(impl));
 }

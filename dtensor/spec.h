@@ -31,6 +31,7 @@ struct DTensorSpec {
 
 /// What a distributed tensor's impl holds (TensorImpl::dist).
 struct DTensorState final : DistributedSpec {
+  DTensorState(DTensorSpec s, Tensor l) : spec(std::move(s)), local(std::move(l)) {}
   DTensorSpec spec;
   Tensor local;
   std::string str() const override { return spec.str(); }
