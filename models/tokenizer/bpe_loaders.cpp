@@ -170,3 +170,79 @@ BPETokenizer BPETokenizer::from_hf_file(const std::string& path) {
 }
 
 }  // namespace dtr::tokenizer
+
+// ---- export -----------------------------------------------------------------------------------
+namespace dtr::tokenizer {
+
+json to_hf_json(const BPETokenizer& tok) {
+  const BPEVocab& v = tok.vocab();
+  json vocab = json::object(), added = json::array(), merges = json::array();
+  for (size_t i = 0; i < v.tokens.size(); ++i) {
+    const TokenType t = v.types[i];
+    if (t == TokenType::control || t == TokenType::user_defined) {
+      added.push_back({{"id", i}, {"content", v.tokens[i]}, {"single_word", false}, {"lstrip", false},
+                       {"rstrip", false}, {"normalized", false}, {"special", t == TokenType::control}});
+    }
+    if (t != TokenType::unused || !v.tokens[i].empty()) vocab[v.tokens[i]] = i;
+  }
+  for (const auto& [a, b] : v.merges) merges.push_back(a + " " + b);
+  const json byte_level = {{"type", "ByteLevel"}, {"add_prefix_space", false}, {"trim_offsets", true}, {"use_regex", true}};
+  json pre;
+  const auto& p = v.pre_patterns;
+  if (p.size() == 1 && p[0] == kGpt2Pattern) {
+    pre = byte_level;
+  } else if (p.size() == 2 && p[0] == R"(\p{N})" && p[1] == kGpt2Pattern) {
+    pre = {{"type", "Sequence"},
+           {"pretokenizers", {{{"type", "Digits"}, {"individual_digits", true}}, byte_level}}};
+  } else {
+    json seq = json::array();
+    for (const auto& r : p)
+      seq.push_back({{"type", "Split"}, {"pattern", {{"Regex", r}}}, {"behavior", "Isolated"}, {"invert", false}});
+    json bl = byte_level;
+    bl["use_regex"] = false;
+    seq.push_back(bl);
+    pre = {{"type", "Sequence"}, {"pretokenizers", seq}};
+  }
+  json unk = v.unk_id >= 0 ? json(v.tokens[static_cast<size_t>(v.unk_id)]) : json(nullptr);
+  return {
+      {"version", "1.0"},
+      {"truncation", nullptr},
+      {"padding", nullptr},
+      {"added_tokens", added},
+      {"normalizer", nullptr},
+      {"pre_tokenizer", pre},
+      {"post_processor", {{"type", "ByteLevel"}, {"add_prefix_space", true}, {"trim_offsets", false}, {"use_regex", true}}},
+      {"decoder", {{"type", "ByteLevel"}, {"add_prefix_space", true}, {"trim_offsets", true}, {"use_regex", true}}},
+      {"model",
+       {{"type", "BPE"}, {"dropout", nullptr}, {"unk_token", unk}, {"continuing_subword_prefix", nullptr},
+        {"end_of_word_suffix", nullptr}, {"fuse_unk", false}, {"byte_fallback", false},
+        {"ignore_merges", v.ignore_merges}, {"vocab", vocab}, {"merges", merges}}},
+  };
+}
+
+json to_hf_tokenizer_config(const BPETokenizer& tok, const std::string& chat_template, int64_t model_max_length) {
+  const BPEVocab& v = tok.vocab();
+  auto text = [&](int32_t id) { return id >= 0 ? json(v.tokens[static_cast<size_t>(id)]) : json(nullptr); };
+  json c = {{"tokenizer_class", "GPT2Tokenizer"}, {"bos_token", text(v.bos_id)}, {"eos_token", text(v.eos_id)},
+            {"pad_token", text(v.pad_id)}, {"unk_token", text(v.unk_id)}, {"add_bos_token", v.add_bos},
+            {"add_prefix_space", false}, {"clean_up_tokenization_spaces", false},
+            {"model_max_length", model_max_length}};
+  if (!chat_template.empty()) c["chat_template"] = chat_template;
+  return c;
+}
+
+void save_hf_tokenizer(const BPETokenizer& tok, const std::string& dir, const std::string& chat_template,
+                       int64_t model_max_length) {
+  std::filesystem::create_directories(dir);
+  auto write = [](const json& j, const std::string& path) {
+    const std::string s = j.dump(2) + "\n";
+    AtomicFileWriter w(path);
+    w.write(s.data(), s.size());
+    w.commit();
+  };
+  write(to_hf_json(tok), (std::filesystem::path(dir) / "tokenizer.json").string());
+  write(to_hf_tokenizer_config(tok, chat_template, model_max_length),
+        (std::filesystem::path(dir) / "tokenizer_config.json").string());
+}
+
+}  // namespace dtr::tokenizer

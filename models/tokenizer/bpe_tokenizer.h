@@ -94,3 +94,22 @@ class BPETokenizer {
 
 }  // namespace tokenizer
 }  // namespace dtr
+
+namespace dtr::tokenizer {
+
+/// The tokenizer as a Hugging Face tokenizer.json object (model BPE with vocab and "a b"
+/// merges, added_tokens for control / user-defined tokens, the pre-tokenizer as
+/// Digits + ByteLevel / ByteLevel / Split + ByteLevel, ByteLevel decoder). Loading it back with
+/// BPETokenizer::from_hf_json (or HF tokenizers) gives the same ids.
+nlohmann::json to_hf_json(const BPETokenizer& tok);
+
+/// A tokenizer_config.json object: bos/eos/pad/unk token texts, add_bos_token,
+/// chat_template (if not empty), model_max_length, tokenizer_class GPT2Tokenizer.
+nlohmann::json to_hf_tokenizer_config(const BPETokenizer& tok, const std::string& chat_template,
+                                      int64_t model_max_length);
+
+/// Writes tokenizer.json and tokenizer_config.json into `dir` (atomically each).
+void save_hf_tokenizer(const BPETokenizer& tok, const std::string& dir, const std::string& chat_template = "",
+                       int64_t model_max_length = 8192);
+
+}  // namespace dtr::tokenizer

@@ -127,6 +127,10 @@ TEST_CASE("tokenizer.json loader", "[tokenizer]") {
   }
   BPETokenizer tok2 = BPETokenizer::from_hf_json(j, "t.json");
   CHECK(tok2.encode("hellhe") == ref.encode("hellhe"));
+  // export -> import keeps ids and specials
+  BPETokenizer tok3 = BPETokenizer::from_hf_json(to_hf_json(tok), "re.json", "<|im_start|>", "<|im_end|>");
+  CHECK(tok3.encode("hello <|im_start|> w 42") == ref.encode("hello <|im_start|> w 42"));
+  CHECK(to_hf_tokenizer_config(tok, "", 128)["eos_token"] == "<|im_end|>");
   j["normalizer"] = {{"type", "NFC"}};
   REQUIRE_THROWS_WITH(BPETokenizer::from_hf_json(j, "t.json"), Contains("t.json") && Contains("normalizer"));
 }
@@ -172,6 +176,9 @@ TEST_CASE("real SmolLM2 tokenizer matches Hugging Face token ids", "[tokenizer][
     CHECK(ids == c["ids"].get<std::vector<int32_t>>());
     CHECK(tok.decode(ids) == text);
   }
+  // Exported as tokenizer.json and loaded back: the same ids.
+  const BPETokenizer again = BPETokenizer::from_hf_json(to_hf_json(tok), "exported tokenizer.json");
+  for (const auto& c : fx["cases"]) CHECK(again.encode(c["text"].get<std::string>()) == c["ids"].get<std::vector<int32_t>>());
   // The chat template read from the GGUF renders exactly what Jinja rendered.
   const ChatTemplate t = ChatTemplate::from_jinja(g.get("tokenizer.chat_template").as_string());
   std::vector<ChatMessage> msgs;
