@@ -57,4 +57,17 @@ void write_token_shard(const std::string& path, const std::vector<uint32_t>& tok
   out.commit();
 }
 
+PackedDataset load_token_shard_dataset(const std::vector<std::string>& files, int64_t seq_len) {
+  std::vector<int32_t> stream;
+  for (const auto& f : files) {
+    for (uint32_t t : read_token_shard(f)) {
+      DTR_CHECK(t <= static_cast<uint32_t>(INT32_MAX), f, ": token ", t, " does not fit int32");
+      stream.push_back(static_cast<int32_t>(t));
+    }
+  }
+  DTR_CHECK(static_cast<int64_t>(stream.size()) >= seq_len + 1, "token shards: only ", stream.size(),
+            " tokens in total, fewer than seq_len + 1 = ", seq_len + 1);
+  return PackedDataset(std::move(stream), seq_len);
+}
+
 }  // namespace dtr::data

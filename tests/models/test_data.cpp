@@ -144,6 +144,9 @@ TEST_CASE("llm.c token shards", "[data][shards]") {
   bad[4] = 9;
   test::write_bytes(dir.file("ver.bin"), bad);
   REQUIRE_THROWS_WITH(read_token_shard(dir.file("ver.bin")), Contains("unknown version 9"));
+  PackedDataset ds = load_token_shard_dataset({dir.file("v1.bin"), dir.file("v2.bin")}, 4);
+  CHECK(ds.size() == 2);  // 11 tokens -> (11 - 1) / 4
+  CHECK(ds.window(1) == std::vector<int32_t>{7, 0, 1, 65535, 42});
   test::write_bytes(dir.file("short.bin"), "abc");
   REQUIRE_THROWS_WITH(read_token_shard(dir.file("short.bin")), Contains("shorter than"));
 }
