@@ -22,6 +22,12 @@ class StorageImpl {
   void* data() const { return data_; }
   size_t nbytes() const { return nbytes_; }
   Device device() const { return device_; }
+  /// Frees the block and allocates `nbytes` new bytes through the same allocator (contents
+  /// NOT preserved; 0 frees). Tensors and views keep pointing at this storage, so a tensor
+  /// saved by autograd sees the new block. FSDP frees unsharded parameters with resize_(0)
+  /// and refills them before backward (torch untyped_storage().resize_).
+  /// Errors: external memory (no allocator).
+  void resize_(size_t nbytes);
 
  private:
   void* data_ = nullptr;
