@@ -1,5 +1,15 @@
 #pragma once
 // Process environment: MPI initialisation, rank / world / local rank, CPU threads per rank.
+//
+// Environment variables of the runtime:
+//   DTR_NUM_THREADS      CPU threads per rank (else OMP_NUM_THREADS, else cores / local ranks)
+//   DTR_COMM_TIMEOUT_S   seconds a Work::wait (and a group's drain at destruction) may block
+//                        before the rank prints "[rank N] collective X on group G timed out
+//                        after T s" and aborts the job with MPI_Abort (default 600)
+//   DTR_COMM_DEBUG=1     every collective first compares (kind, numel, dtype) across the
+//                        group's ranks and raises a clear dtr::Error on all ranks on mismatch
+// A rank that dies under mpirun makes Open MPI abort the whole job by itself; the timeout
+// covers a rank that hangs (see runtime/work_queue.h).
 #include <cstdint>
 
 namespace dtr {
