@@ -1,5 +1,6 @@
 #include "dtensor/propagation.h"
 
+#include <limits>
 #include <map>
 #include <mutex>
 
@@ -22,6 +23,8 @@ const ShardingRule* find_sharding_rule(const std::string& name) {
 
 double redistribute_cost(const DTensorSpec& from, const Placements& to) {
   if (from.placements == to) return 0.0;
+  for (size_t i = 0; i < to.size(); ++i)  // infeasible: a shard cannot become Partial
+    if (from.placements[i].shards() && to[i].is_partial()) return std::numeric_limits<double>::infinity();
   double bytes = static_cast<double>(itemsize(from.dtype));
   for (int64_t s : from.shape) bytes *= static_cast<double>(s);
   double cost = 0.0;
@@ -53,11 +56,13 @@ const Strategy& choose_strategy(const OpSchema& s, const std::vector<Strategy>& 
     double cost = 0;
     for (size_t i = 0; i < c.inputs.size() && i < s.specs.size(); ++i)
       if (s.specs[i] && !c.inputs[i].empty()) cost += redistribute_cost(*s.specs[i], c.inputs[i]);
+    if (cost == std::numeric_limits<double>::infinity()) continue;
     if (!best || cost < best_cost) {
       best = &c;
       best_cost = cost;
     }
   }
+  DTR_CHECK(best != nullptr, s.call.name(), ": no feasible sharding strategy for these inputs");
   return *best;
 }
 

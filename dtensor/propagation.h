@@ -53,6 +53,7 @@ struct Strategy {
 
 /// Bytes moved to bring `from` to `to` (0 when equal or local-only), PyTorch's cost idea:
 /// all_gather and reduce_scatter move the gathered/scattered bytes, all_reduce twice that.
+/// Infinite when infeasible (a shard cannot become Partial).
 double redistribute_cost(const DTensorSpec& from, const Placements& to);
 /// The strategy with the lowest total input redistribution cost (first wins ties).
 /// Errors (naming the op and input placements) when `candidates` is empty.

@@ -1,0 +1,7 @@
+#pragma once
+namespace dtr::bench {
+/// `dtr-bench gemm`: GFLOP/s of dtr::mm / dtr::bmm (f32, dispatch + allocation included) beside
+/// raw Eigen (preallocated output, same maps) and OpenBLAS cblas_sgemm on the same shapes and
+/// thread count, printed with the ratios dtr/Eigen and dtr/OpenBLAS.
+int bench_gemm(int argc, char** argv);
+}  // namespace dtr::bench

@@ -1,0 +1,71 @@
+// scaled_dot_product_attention sharding: batch or head sharding (MHA with uneven head chunks,
+// GQA when both head counts divide) equals the single process forward and backward; sequence
+// or head-dim shards are gathered; GQA heads that do not divide raise naming both counts.
+#include "nn_rules_test_util.h"
+
+using namespace dtr;
+using namespace dtr::testing;
+
+namespace {
+Fn attn(bool causal) {
+  return [causal](const std::vector<Tensor>& v) { return scaled_dot_product_attention(v[0], v[1], v[2], causal); };
+}
+}  // namespace
+
+TEST_CASE("sdpa with q, k, v sharded alike", "[rules][attention]") {
+  manual_seed(61);
+  Tensor q = rnd({2, 3, 5, 4}), k = rnd({2, 3, 6, 4}), v = rnd({2, 3, 6, 2});
+  for (bool causal : {false, true})
+    for (const DeviceMesh& mesh : test_meshes())
+      for (const auto& p : all_placements(mesh, 4, true)) {
+        const std::string r = compare_with_single(attn(causal), {q, k, v}, mesh, {p, p, p});
+        INFO(r);
+        CHECK(r.empty());
+      }
+}
+
+TEST_CASE("sdpa with mixed placements follows the first sharded operand", "[rules][attention]") {
+  manual_seed(62);
+  Tensor q = rnd({2, 3, 5, 4}), k = rnd({2, 3, 5, 4}), v = rnd({2, 3, 5, 4});
+  check_all(attn(true), {q, k, v},
+            {each_of({Shard(1), Replicate(), Shard(2)}), each_of({Replicate(), Shard(0)}),
+             each_of({Shard(1), Replicate()})});
+}
+
+TEST_CASE("sdpa with grouped-query heads", "[rules][attention][gqa]") {
+  manual_seed(63);
+  Tensor q = rnd({2, 4, 5, 3}), k = rnd({2, 2, 5, 3}), v = rnd({2, 2, 5, 3});
+  for (const DeviceMesh& mesh : test_meshes()) {
+    int64_t n = 1;
+    for (int i = 0; i < mesh.ndim(); ++i) n *= mesh.size(i);
+    const Placements heads(mesh.ndim(), Shard(1));
+    if (2 % n == 0) {
+      const std::string r = compare_with_single(attn(true), {q, k, v}, mesh, {heads, heads, heads});
+      INFO(r);
+      CHECK(r.empty());
+    } else {
+      Tensor dq = distribute_tensor(q, mesh, heads), dk = distribute_tensor(k, mesh, heads),
+             dv = distribute_tensor(v, mesh, heads);
+      CHECK_THROWS_WITH(scaled_dot_product_attention(dq, dk, dv, true),
+                        Catch::Contains("Hq=4") && Catch::Contains("Hkv=2") &&
+                            Catch::Contains("divisible by " + std::to_string(n)));
+    }
+    // Batch sharding works for any head counts.
+    const Placements batch(mesh.ndim(), Shard(0));
+    const std::string r = compare_with_single(attn(false), {q, k, v}, mesh, {batch, batch, batch});
+    INFO(r);
+    CHECK(r.empty());
+  }
+}
+
+TEST_CASE("head-sharded sdpa needs no communication", "[rules][attention][comm]") {
+  DeviceMesh mesh = DeviceMesh::world("w");
+  Tensor q = rnd({1, 4, 3, 2}), k = rnd({1, 4, 3, 2}), v = rnd({1, 4, 3, 2});
+  Tensor dq = distribute_tensor(q, mesh, {Shard(1)}), dk = distribute_tensor(k, mesh, {Shard(1)}),
+         dv = distribute_tensor(v, mesh, {Shard(1)});
+  CommDebugMode m;
+  Tensor o = scaled_dot_product_attention(dq, dk, dv, true);
+  CHECK(m.total() == 0);
+  CHECK(placements(o)[0] == Shard(1));
+  CHECK(max_abs_diff(full_tensor(o), scaled_dot_product_attention(q, k, v, true)) < kDistTol);
+}
