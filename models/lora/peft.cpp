@@ -1,0 +1,232 @@
+// PEFT LoRA adapters (see peft.h).
+#include "models/lora/peft.h"
+
+#include <algorithm>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <regex>
+#include <set>
+
+#include "models/formats/mapped_file.h"
+#include "models/formats/safetensors.h"
+#include "models/llama/load.h"
+#include "tensor/autograd/grad_mode.h"
+#include "tensor/ops.h"
+
+namespace dtr {
+
+using nlohmann::json;
+
+namespace {
+
+constexpr const char* kPrefix = "base_model.model.";
+constexpr const char* kWeights = "adapter_model.safetensors";
+constexpr const char* kConfig = "adapter_config.json";
+
+std::string leaf_name(const std::string& fqn) {
+  const size_t dot = fqn.rfind('.');
+  return dot == std::string::npos ? fqn : fqn.substr(dot + 1);
+}
+
+/// PEFT's check_target_module_exists for the list form.
+bool peft_list_matches(const std::vector<std::string>& targets, const std::string& fqn) {
+  for (const auto& t : targets)
+    if (fqn == t || (fqn.size() > t.size() && fqn.ends_with(t) && fqn[fqn.size() - t.size() - 1] == '.')) return true;
+  return false;
+}
+
+std::string regex_escape(const std::string& s) {
+  static const std::string special = R"(\^$.|?*+()[]{})";
+  std::string out;
+  for (char ch : s) {
+    if (special.find(ch) != std::string::npos) out += '\\';
+    out += ch;
+  }
+  return out;
+}
+
+/// FQNs of the Linear / LoRALinear modules of `model` (adapter children excluded).
+std::vector<std::string> linear_fqns(nn::Module& model) {
+  std::vector<std::string> out;
+  for (const auto& [fqn, m] : model.named_modules()) {
+    if (fqn.empty() || fqn.ends_with(".lora_A") || fqn.ends_with(".lora_B")) continue;
+    if (std::dynamic_pointer_cast<nn::Linear>(m) || std::dynamic_pointer_cast<nn::LoRALinear>(m)) out.push_back(fqn);
+  }
+  return out;
+}
+
+bool is_null_or_empty(const json& j, const char* key) {
+  if (!j.contains(key) || j[key].is_null()) return true;
+  return (j[key].is_array() || j[key].is_object() || j[key].is_string()) && j[key].empty();
+}
+
+}  // namespace
+
+PeftAdapterConfig read_peft_config(const std::string& dir) {
+  const std::string path = (std::filesystem::path(dir) / kConfig).string();
+  std::ifstream in(path);
+  DTR_CHECK(in.good(), "read_peft_config: cannot open ", path);
+  json j;
+  try {
+    j = json::parse(in);
+  } catch (const std::exception& e) {
+    DTR_ERROR(path, ": invalid JSON: ", e.what());
+  }
+  DTR_CHECK(j.is_object(), path, ": expected a JSON object");
+  auto str = [&](const char* key, const std::string& def) {
+    if (!j.contains(key) || j[key].is_null()) return def;
+    DTR_CHECK(j[key].is_string(), path, ": key \"", key, "\" must be a string");
+    return j[key].get<std::string>();
+  };
+  auto flag = [&](const char* key) {
+    if (!j.contains(key) || j[key].is_null()) return false;
+    DTR_CHECK(j[key].is_boolean(), path, ": key \"", key, "\" must be a boolean");
+    return j[key].get<bool>();
+  };
+  DTR_CHECK(str("peft_type", "") == "LORA", path, ": peft_type must be \"LORA\", got \"", str("peft_type", ""), "\"");
+  DTR_CHECK(str("bias", "none") == "none", path, ": bias \"", str("bias", ""), "\" is not supported (only \"none\")");
+  DTR_CHECK(!flag("use_dora"), path, ": use_dora is not supported");
+  DTR_CHECK(!flag("fan_in_fan_out"), path, ": fan_in_fan_out is not supported");
+  for (const char* key : {"rank_pattern", "alpha_pattern", "modules_to_save", "layers_to_transform"})
+    DTR_CHECK(is_null_or_empty(j, key), path, ": key \"", key, "\" is not supported (must be empty or null)");
+  PeftAdapterConfig c;
+  DTR_CHECK(j.contains("r") && j["r"].is_number_integer(), path, ": key \"r\" missing or not an integer");
+  c.r = j["r"].get<int64_t>();
+  DTR_CHECK(c.r > 0, path, ": key \"r\" must be positive, got ", c.r);
+  DTR_CHECK(j.contains("lora_alpha") && j["lora_alpha"].is_number(), path, ": key \"lora_alpha\" missing or not a number");
+  c.lora_alpha = j["lora_alpha"].get<double>();
+  if (j.contains("lora_dropout") && !j["lora_dropout"].is_null()) {
+    DTR_CHECK(j["lora_dropout"].is_number(), path, ": key \"lora_dropout\" must be a number");
+    c.lora_dropout = j["lora_dropout"].get<double>();
+  }
+  c.use_rslora = flag("use_rslora");
+  c.base_model_name_or_path = str("base_model_name_or_path", "");
+  DTR_CHECK(j.contains("target_modules") && !j["target_modules"].is_null(), path, ": key \"target_modules\" missing");
+  const json& t = j["target_modules"];
+  if (t.is_string()) {
+    c.target_regex = t.get<std::string>();
+  } else {
+    DTR_CHECK(t.is_array(), path, ": key \"target_modules\" must be a list of strings or a string");
+    for (const auto& e : t) {
+      DTR_CHECK(e.is_string(), path, ": key \"target_modules\" must hold strings");
+      c.target_modules.push_back(e.get<std::string>());
+    }
+  }
+  return c;
+}
+
+void save_peft_adapter(nn::Module& model, const std::string& dir, const std::string& base_model) {
+  const auto loras = lora_modules(model);
+  DTR_CHECK(!loras.empty(), "save_peft_adapter(", dir, "): the model has no LoRALinear modules");
+  const nn::LoraOptions& o = loras.front().second->options();
+  safetensors::TensorMap tensors;
+  std::set<std::string> leaves, adapted;
+  for (const auto& [fqn, l] : loras) {
+    const nn::LoraOptions& p = l->options();
+    DTR_CHECK(p.r == o.r && p.alpha == o.alpha && p.dropout == o.dropout && p.use_rslora == o.use_rslora,
+              "save_peft_adapter: adapters differ (", loras.front().first, ": r ", o.r, " alpha ", o.alpha, " vs ", fqn,
+              ": r ", p.r, " alpha ", p.alpha, "); per-module rank_pattern is not supported");
+    tensors[kPrefix + fqn + ".lora_A.weight"] = l->lora_A()->weight().detach();
+    tensors[kPrefix + fqn + ".lora_B.weight"] = l->lora_B()->weight().detach();
+    leaves.insert(leaf_name(fqn));
+    adapted.insert(fqn);
+  }
+  // Short names are PEFT's usual form; use them when they select exactly the adapted modules.
+  const std::vector<std::string> names(leaves.begin(), leaves.end());
+  std::set<std::string> selected;
+  for (const auto& fqn : linear_fqns(model))
+    if (peft_list_matches(names, fqn)) selected.insert(fqn);
+  json targets;
+  if (selected == adapted) {
+    targets = names;
+  } else {
+    std::string re;
+    for (const auto& fqn : adapted) re += (re.empty() ? "" : "|") + regex_escape(fqn);
+    targets = "(" + re + ")";
+  }
+  const bool int_alpha = o.alpha == static_cast<double>(static_cast<int64_t>(o.alpha));
+  json cfg = {
+      {"peft_type", "LORA"},
+      {"task_type", "CAUSAL_LM"},
+      {"r", o.r},
+      {"lora_alpha", int_alpha ? json(static_cast<int64_t>(o.alpha)) : json(o.alpha)},
+      {"lora_dropout", o.dropout},
+      {"target_modules", targets},
+      {"bias", "none"},
+      {"base_model_name_or_path", base_model.empty() ? json(nullptr) : json(base_model)},
+      {"use_rslora", o.use_rslora},
+      {"use_dora", false},
+      {"fan_in_fan_out", false},
+      {"inference_mode", true},
+      {"init_lora_weights", true},
+      {"modules_to_save", nullptr},
+      {"layers_to_transform", nullptr},
+      {"layers_pattern", nullptr},
+      {"rank_pattern", json::object()},
+      {"alpha_pattern", json::object()},
+      {"revision", nullptr},
+  };
+  std::filesystem::create_directories(dir);
+  safetensors::save_file(tensors, (std::filesystem::path(dir) / kWeights).string(), {{"format", "pt"}});
+  const std::string text = cfg.dump(2) + "\n";
+  AtomicFileWriter w((std::filesystem::path(dir) / kConfig).string());
+  w.write(text.data(), text.size());
+  w.commit();
+}
+
+std::vector<std::string> load_peft_adapter(nn::Module& model, const std::string& dir) {
+  const PeftAdapterConfig c = read_peft_config(dir);
+  const std::string wpath = (std::filesystem::path(dir) / kWeights).string();
+  DTR_CHECK(lora_modules(model).empty(), "load_peft_adapter(", dir, "): the model already has LoRA modules");
+  std::vector<std::string> targets;
+  std::optional<std::regex> re;
+  if (!c.target_regex.empty()) {
+    try {
+      re.emplace(c.target_regex);
+    } catch (const std::regex_error& e) {
+      DTR_ERROR(dir, "/", kConfig, ": target_modules regex \"", c.target_regex, "\" is invalid: ", e.what());
+    }
+  }
+  for (const auto& fqn : linear_fqns(model))
+    if (re ? std::regex_match(fqn, *re) : peft_list_matches(c.target_modules, fqn)) targets.push_back(fqn);
+  DTR_CHECK(!targets.empty(), dir, "/", kConfig, ": target_modules selects no Linear module of the model");
+
+  const safetensors::TensorMap sd = safetensors::load_file(wpath);
+  std::set<std::string> targeted(targets.begin(), targets.end());
+  for (const auto& [key, t] : sd) {
+    DTR_CHECK(key.starts_with(kPrefix) && is_lora_parameter(key), wpath, ": unexpected key \"", key,
+              "\" (expected base_model.model.<fqn>.lora_A.weight / lora_B.weight)");
+    const std::string fqn = key.substr(std::string(kPrefix).size(), key.size() - std::string(kPrefix).size() - 14);
+    DTR_CHECK(targeted.count(fqn), wpath, ": key \"", key, "\" names module \"", fqn,
+              "\", which target_modules of adapter_config.json does not select");
+  }
+
+  LoraConfig lc;
+  lc.target_modules = targets;  // exact FQNs
+  lc.options.r = c.r;
+  lc.options.alpha = c.lora_alpha;
+  lc.options.dropout = c.lora_dropout;
+  lc.options.dropout_position = nn::LoraDropoutPosition::pre;  // PEFT applies dropout to the input
+  lc.options.use_rslora = c.use_rslora;
+  const std::vector<std::string> adapted = apply_lora(model, lc);
+
+  NoGradGuard ng;
+  for (const auto& [fqn, l] : lora_modules(model)) {
+    for (const char* ab : {"lora_A", "lora_B"}) {
+      const std::string key = kPrefix + fqn + "." + ab + ".weight";
+      auto it = sd.find(key);
+      DTR_CHECK(it != sd.end(), wpath, ": missing key \"", key, "\"");
+      Tensor w = std::string(ab) == "lora_A" ? l->lora_A()->weight() : l->lora_B()->weight();
+      DTR_CHECK(it->second.sizes() == w.sizes(), wpath, ": key \"", key, "\" has shape ", it->second.sizes(),
+                ", the model expects ", w.sizes(), " (r = ", c.r, ")");
+      w.copy_(it->second.dtype() == w.dtype() ? it->second : to_dtype(it->second, w.dtype()));
+    }
+  }
+  return adapted;
+}
+
+void save_merged_model(LlamaForCausalLM& model, const std::string& dir) { save_llama_hf(model, dir); }
+
+}  // namespace dtr
