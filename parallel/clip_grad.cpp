@@ -1,0 +1,69 @@
+// clip_grad_norm (see clip_grad.h).
+#include "parallel/clip_grad.h"
+
+#include <cmath>
+#include <limits>
+
+#include "dtensor/api.h"
+#include "tensor/autograd/grad_mode.h"
+#include "tensor/ops.h"
+
+namespace dtr {
+
+double clip_grad_norm(const std::vector<Tensor>& params, double max_norm, double norm_type, bool error_if_nonfinite) {
+  DTR_CHECK(max_norm >= 0, "clip_grad_norm: max_norm must be >= 0, got ", max_norm);
+  const bool inf = std::isinf(norm_type);
+  DTR_CHECK(inf || norm_type > 0, "clip_grad_norm: norm_type must be > 0 or inf, got ", norm_type);
+  NoGradGuard no_grad;
+  // Partial results per set of sharding groups, in first-appearance order (same on all ranks).
+  struct Part {
+    std::vector<ProcessGroup*> groups;
+    double value = 0;
+  };
+  std::vector<Part> parts;
+  std::vector<Tensor> locals;
+  for (const Tensor& p : params) {
+    if (!p.defined()) continue;
+    const Tensor g = p.grad();
+    if (!g.defined()) continue;
+    std::vector<ProcessGroup*> groups;
+    Tensor local = g;
+    if (g.is_distributed()) {
+      const DTensorSpec& s = dtensor_spec(g, "clip_grad_norm");
+      DTR_CHECK(!s.has_partial(), "clip_grad_norm: gradient ", s.str(), " is Partial; reduce it first");
+      for (int i = 0; i < s.mesh.ndim(); ++i)
+        if (s.placements[i].shards() && s.mesh.size(i) > 1) groups.push_back(s.mesh.group(i).get());
+      local = local_tensor(g);
+    }
+    locals.push_back(local);
+    double v = 0;
+    if (local.numel() > 0) {
+      const Tensor a = abs(local.to(DType::f64));
+      v = inf ? amax(a).item<double>() : sum(norm_type == 2.0 ? mul(a, a) : pow(a, norm_type)).item<double>();
+    }
+    auto it = std::find_if(parts.begin(), parts.end(), [&](const Part& q) { return q.groups == groups; });
+    if (it == parts.end()) {
+      parts.push_back({groups, 0.0});
+      it = parts.end() - 1;
+    }
+    it->value = inf ? std::max(it->value, v) : it->value + v;
+  }
+  double total = 0;
+  for (Part& part : parts) {
+    if (!part.groups.empty()) {
+      Tensor t = from_vector<double>({part.value}, {1});
+      for (ProcessGroup* pg : part.groups) pg->all_reduce(t, inf ? ReduceOp::MAX : ReduceOp::SUM)->wait();
+      part.value = t.item<double>();
+    }
+    total = inf ? std::max(total, part.value) : total + part.value;
+  }
+  if (!inf) total = std::pow(total, 1.0 / norm_type);
+  DTR_CHECK(!error_if_nonfinite || std::isfinite(total), "clip_grad_norm: the total norm of order ", norm_type,
+            " is non-finite (", total, ")");
+  const double coef = max_norm / (total + 1e-6);
+  if (coef < 1.0)
+    for (Tensor& l : locals) mul_(l, coef);
+  return total;
+}
+
+}  // namespace dtr

@@ -1,0 +1,166 @@
+// replicate / DDP (see ddp.h).
+#include "parallel/ddp.h"
+
+#include <unordered_map>
+
+#include "tensor/autograd/grad_mode.h"
+#include "tensor/ops.h"
+
+namespace dtr {
+namespace {
+
+struct Bucket {
+  std::vector<int> params;  // indices into DDPState::params
+  DType dtype = DType::f32;
+  int64_t numel = 0;
+  int pending = 0;
+  bool launched = false;
+  WorkPtr work;
+  Tensor flat;
+};
+
+struct DDPState {
+  std::shared_ptr<ProcessGroup> pg;
+  std::vector<Tensor> params;
+  std::vector<int> bucket_of;
+  std::vector<bool> ready;
+  std::vector<Bucket> buckets;
+  int next_launch = 0;
+  bool requires_sync = true;
+  bool active = false;  // a forward ran since the last finish
+
+  void reset() {
+    for (Bucket& b : buckets) {
+      b.pending = static_cast<int>(b.params.size());
+      b.launched = false;
+    }
+    ready.assign(params.size(), false);
+    next_launch = 0;
+    active = true;
+  }
+  void launch(Bucket& b) {
+    NoGradGuard no_grad;
+    std::vector<Tensor> flats;
+    for (int i : b.params) {
+      Tensor g = params[i].grad();
+      flats.push_back(g.defined() ? g.to(b.dtype).contiguous().view({-1}) : zeros({params[i].numel()}, TensorOptions(b.dtype)));
+    }
+    b.flat = flats.size() == 1 ? flats[0].clone() : cat(flats, 0);
+    b.work = pg->all_reduce(b.flat, ReduceOp::SUM);
+    b.launched = true;
+  }
+  void launch_ready() {
+    while (next_launch < static_cast<int>(buckets.size()) && buckets[next_launch].pending == 0)
+      launch(buckets[next_launch++]);
+  }
+  void wait_all() {
+    NoGradGuard no_grad;
+    const double scale = 1.0 / static_cast<double>(pg->size());
+    for (Bucket& b : buckets) {
+      if (!b.launched || !b.work) continue;
+      b.work->wait();
+      b.work.reset();
+      Tensor avg = mul(b.flat, scale);
+      int64_t off = 0;
+      for (int i : b.params) {
+        const Tensor& p = params[i];
+        p.set_grad(avg.narrow(0, off, p.numel()).view(p.sizes()).to(p.dtype()));
+        off += p.numel();
+      }
+      b.flat = Tensor();
+    }
+    active = false;
+  }
+  void on_ready(int i) {
+    if (!active || !requires_sync || ready[i]) return;
+    ready[i] = true;
+    --buckets[bucket_of[i]].pending;
+    launch_ready();
+    if (next_launch == static_cast<int>(buckets.size())) wait_all();
+  }
+  void finish() {
+    if (!active) return;
+    if (requires_sync) {
+      for (Bucket& b : buckets) b.pending = 0;
+      launch_ready();
+      wait_all();
+    }
+    active = false;
+  }
+};
+
+std::unordered_map<const nn::Module*, std::shared_ptr<DDPState>>& registry() {
+  static std::unordered_map<const nn::Module*, std::shared_ptr<DDPState>> r;
+  return r;
+}
+
+std::shared_ptr<DDPState> state_of(const nn::Module& m, const char* op) {
+  auto it = registry().find(&m);
+  DTR_CHECK(it != registry().end(), op, ": replicate was not applied to this ", m.type_name());
+  return it->second;
+}
+
+}  // namespace
+
+void replicate(nn::Module& module, const DeviceMesh& mesh, const DDPOptions& options) {
+  DTR_CHECK(mesh.ndim() == 1, "replicate: expected a 1-d data-parallel mesh, got ", mesh.ndim(), " dims ", mesh.str());
+  DTR_CHECK(!registry().count(&module), "replicate: called twice on the same ", module.type_name(), " module");
+  DTR_CHECK(options.bucket_cap_bytes > 0, "replicate: bucket_cap_bytes must be > 0, got ", options.bucket_cap_bytes);
+  auto st = std::make_shared<DDPState>();
+  st->pg = mesh.group(0);
+  NoGradGuard no_grad;
+  for (auto& [fqn, p] : module.named_parameters()) {
+    DTR_CHECK(!p.is_distributed(), "replicate: parameter \"", fqn, "\" is a DTensor (", p.dist_spec()->str(),
+              "); replicate takes plain parameters");
+    if (options.broadcast_from_rank0 && st->pg->size() > 1) {
+      Tensor t = p.detach();
+      DTR_CHECK(t.is_contiguous(), "replicate: parameter \"", fqn, "\" is not contiguous");
+      st->pg->broadcast(t, 0)->wait();
+    }
+    if (p.requires_grad()) st->params.push_back(p);
+  }
+  if (options.broadcast_from_rank0 && st->pg->size() > 1)
+    for (auto& [fqn, b] : module.named_buffers()) {
+      Tensor t = b.detach();
+      if (t.is_contiguous()) st->pg->broadcast(t, 0)->wait();
+    }
+  // Buckets in reverse registration order (roughly the order gradients become ready).
+  st->bucket_of.assign(st->params.size(), -1);
+  for (int i = static_cast<int>(st->params.size()) - 1; i >= 0; --i) {
+    const Tensor& p = st->params[i];
+    const int64_t bytes = static_cast<int64_t>(p.nbytes());
+    if (st->buckets.empty() || st->buckets.back().dtype != p.dtype() ||
+        (st->buckets.back().numel > 0 &&
+         (st->buckets.back().numel * static_cast<int64_t>(itemsize(p.dtype())) + bytes) > options.bucket_cap_bytes))
+      st->buckets.push_back(Bucket{{}, p.dtype()});
+    st->buckets.back().params.push_back(i);
+    st->buckets.back().numel += p.numel();
+    st->bucket_of[i] = static_cast<int>(st->buckets.size()) - 1;
+    std::weak_ptr<DDPState> w = st;
+    p.register_post_accumulate_grad_hook([w, i](Tensor&) {
+      if (auto s = w.lock()) s->on_ready(i);
+    });
+  }
+  st->reset();
+  st->active = false;
+  registry()[&module] = st;
+  module.register_forward_pre_hook([st](nn::Module&, const std::vector<Tensor>&) -> std::optional<std::vector<Tensor>> {
+    // A backward that launched some buckets but not all (unused parameters, no finish call):
+    // complete the launched ones so no collective is left behind; unlaunched ones are dropped.
+    if (st->active && st->next_launch > 0) st->wait_all();
+    st->reset();
+    return std::nullopt;
+  });
+}
+
+void replicate_set_requires_gradient_sync(nn::Module& module, bool requires_sync) {
+  state_of(module, "replicate_set_requires_gradient_sync")->requires_sync = requires_sync;
+}
+
+void replicate_finish_backward(nn::Module& module) { state_of(module, "replicate_finish_backward")->finish(); }
+
+int replicate_num_buckets(const nn::Module& module) {
+  return static_cast<int>(state_of(module, "replicate_num_buckets")->buckets.size());
+}
+
+}  // namespace dtr

@@ -1,0 +1,237 @@
+// FSDPParamGroup (see fsdp_param_group.h).
+#include "parallel/fsdp/fsdp_param_group.h"
+
+#include <cstring>
+
+#include "dtensor/api.h"
+#include "tensor/autograd/grad_mode.h"
+#include "tensor/ops.h"
+
+namespace dtr {
+namespace {
+
+char* bytes_of(const Tensor& t) { return static_cast<char*>(t.data_ptr()); }
+
+}  // namespace
+
+int64_t FSDPParam::rows_of(int64_t r) const {
+  const int64_t start = r * chunk_rows;
+  if (start >= rows) return 0;
+  return std::min(chunk_rows, rows - start);
+}
+
+FSDPParamGroup::FSDPParamGroup(nn::Module& module, std::vector<std::pair<std::vector<std::string>, Tensor>> params,
+                               const DeviceMesh& mesh, const FSDPOptions& opt, std::string label)
+    : module_(module), mesh_(mesh), label_(std::move(label)) {
+  const int nd = mesh.ndim();
+  shard_pg_ = mesh.group(nd - 1);
+  if (nd == 2) replicate_pg_ = mesh.group(0);
+  shard_size_ = mesh.size(nd - 1);
+  dp_size_ = mesh.size();
+  const int64_t coord = mesh.coordinate(nd - 1);
+  Placements pl = nd == 2 ? Placements{Replicate(), Shard(0)} : Placements{Shard(0)};
+
+  storage_dtype_ = params.empty() ? DType::f32 : params[0].second.dtype();
+  for (const auto& [names, t] : params)
+    DTR_CHECK(t.dtype() == storage_dtype_, "fully_shard(", label_, "): parameters of one unit must share a dtype: \"",
+              params[0].first[0], "\" is ", storage_dtype_, " but \"", names[0], "\" is ", t.dtype());
+  param_dtype_ = opt.mp_policy.param_dtype.value_or(storage_dtype_);
+  reduce_dtype_ = opt.mp_policy.reduce_dtype.value_or(param_dtype_);
+
+  // Layout of the flat shard buffer (one rank's segment) and the reduce-scatter segment.
+  for (auto& [names, t] : params) {
+    FSDPParam p;
+    p.fqns = names;
+    p.shape = t.sizes();
+    p.rows = p.shape[0];
+    for (size_t d = 1; d < p.shape.size(); ++d) p.row_numel *= p.shape[d];
+    p.chunk_rows = (p.rows + shard_size_ - 1) / shard_size_;
+    p.local_rows = p.rows_of(coord);
+    p.trainable = t.requires_grad();
+    p.shard_offset = shard_numel_;
+    shard_numel_ += p.padded_numel();
+    if (p.trainable) {
+      p.grad_offset = grad_numel_;
+      grad_numel_ += p.padded_numel();
+      ++num_trainable_;
+    }
+    p.spec = DTensorSpec{mesh, pl, p.shape, storage_dtype_};
+    params_.push_back(std::move(p));
+  }
+
+  // The flat buffer holds every parameter's shard padded to chunk_rows (padding stays zero), so
+  // the all-gather reads it as is.
+  NoGradGuard no_grad;
+  flat_shard_ = zeros({shard_numel_}, TensorOptions(storage_dtype_));
+  for (size_t i = 0; i < params_.size(); ++i) {
+    FSDPParam& p = params_[i];
+    const Tensor full = params[i].second.detach().contiguous();
+    Shape local_shape = p.shape;
+    local_shape[0] = p.local_rows;
+    Tensor local = flat_shard_.narrow(0, p.shard_offset, p.local_rows * p.row_numel).view(local_shape);
+    if (p.local_rows > 0) local.copy_(full.narrow(0, coord * p.chunk_rows, p.local_rows));
+    p.sharded = make_dtensor(local, *p.spec);
+    if (p.trainable) p.sharded.set_requires_grad(true);
+    p.sharded.set_name(p.fqns[0]);
+    // The unsharded parameter: a persistent leaf whose storage is allocated only while gathered.
+    p.unsharded = empty(p.shape, TensorOptions(param_dtype_));
+    p.unsharded.storage()->resize_(0);
+    p.unsharded.set_name(p.fqns[0]);
+    if (p.trainable) {
+      p.unsharded.set_requires_grad(true);
+      const int idx = static_cast<int>(i);
+      p.unsharded.register_post_accumulate_grad_hook([this, idx](Tensor&) {
+        if (on_grad_ready) on_grad_ready(idx);
+      });
+    }
+  }
+  register_tensors(false);
+}
+
+FSDPParamGroup::~FSDPParamGroup() {
+  // Outstanding collectives reference our buffers: finish them before freeing.
+  try {
+    if (gather_work_) gather_work_->wait();
+    if (rs_work_) rs_work_->wait();
+    if (ar_work_) ar_work_->wait();
+  } catch (...) {
+  }
+}
+
+void FSDPParamGroup::register_tensors(bool unsharded) {
+  for (const FSDPParam& p : params_)
+    for (const std::string& fqn : p.fqns) module_.set_parameter(fqn, unsharded ? p.unsharded : p.sharded);
+}
+
+void FSDPParamGroup::unshard_async() {
+  if (unsharded_ || gather_work_ || params_.empty()) return;
+  NoGradGuard no_grad;
+  // Copy-in only when a cast is needed: otherwise the flat shard buffer is the input.
+  gather_in_ = param_dtype_ == storage_dtype_ ? flat_shard_ : flat_shard_.to(param_dtype_);
+  gather_out_ = empty({shard_size_ * shard_numel_}, TensorOptions(param_dtype_));
+  gather_work_ = shard_pg_->all_gather(gather_out_, gather_in_);
+}
+
+void FSDPParamGroup::wait_unshard() {
+  if (unsharded_ || params_.empty()) {
+    unsharded_ = true;
+    return;
+  }
+  if (!gather_work_) unshard_async();
+  gather_work_->wait();
+  gather_work_.reset();
+  // Copy-out: rank r's segment holds rows [r * chunk_rows, ...) of every parameter. Raw copies
+  // into the persistent storage, so the parameter's version counter does not move (autograd
+  // may hold it from the forward when it was resharded in between).
+  const size_t isz = itemsize(param_dtype_);
+  const char* src = bytes_of(gather_out_);
+  for (FSDPParam& p : params_) {
+    const size_t nbytes = static_cast<size_t>(p.rows * p.row_numel) * isz;
+    p.unsharded.storage()->resize_(nbytes);
+    char* dst = bytes_of(p.unsharded);
+    for (int64_t r = 0; r < shard_size_; ++r) {
+      const int64_t n = p.rows_of(r) * p.row_numel;
+      if (n == 0) continue;
+      std::memcpy(dst + static_cast<size_t>(r * p.chunk_rows * p.row_numel) * isz,
+                  src + static_cast<size_t>(r * shard_numel_ + p.shard_offset) * isz, static_cast<size_t>(n) * isz);
+    }
+  }
+  gather_in_ = Tensor();
+  gather_out_ = Tensor();
+  unsharded_ = true;
+  register_tensors(true);
+}
+
+void FSDPParamGroup::drop_gather() {
+  if (!gather_work_) return;
+  gather_work_->wait();
+  gather_work_.reset();
+  gather_in_ = Tensor();
+  gather_out_ = Tensor();
+}
+
+void FSDPParamGroup::reshard() {
+  if (!unsharded_) return;
+  for (FSDPParam& p : params_) p.unsharded.storage()->resize_(0);
+  unsharded_ = false;
+  register_tensors(false);
+}
+
+void FSDPParamGroup::reduce_grads_async() {
+  if (num_trainable_ == 0) return;
+  DTR_CHECK(!reduce_pending(), "fully_shard(", label_, "): a gradient reduction is still pending");
+  NoGradGuard no_grad;
+  const size_t isz = itemsize(reduce_dtype_);
+  rs_in_ = zeros({shard_size_ * grad_numel_}, TensorOptions(reduce_dtype_));
+  char* dst = bytes_of(rs_in_);
+  for (FSDPParam& p : params_) {
+    if (!p.trainable) continue;
+    Tensor g = p.unsharded.grad();
+    if (g.defined()) g = g.to(reduce_dtype_);
+    if (p.acc_grad.defined()) g = g.defined() ? add(p.acc_grad, g) : p.acc_grad;
+    p.unsharded.set_grad(Tensor());
+    p.acc_grad = Tensor();
+    if (!g.defined()) continue;  // unused parameter: zeros
+    g = g.contiguous();
+    const char* src = bytes_of(g);
+    for (int64_t r = 0; r < shard_size_; ++r) {
+      const int64_t n = p.rows_of(r) * p.row_numel;
+      if (n == 0) continue;
+      std::memcpy(dst + static_cast<size_t>(r * grad_numel_ + p.grad_offset) * isz,
+                  src + static_cast<size_t>(r * p.chunk_rows * p.row_numel) * isz, static_cast<size_t>(n) * isz);
+    }
+  }
+  rs_out_ = empty({grad_numel_}, TensorOptions(reduce_dtype_));
+  rs_work_ = shard_pg_->reduce_scatter(rs_out_, rs_in_, ReduceOp::SUM);
+}
+
+void FSDPParamGroup::finish_reduce_scatter() {
+  if (!rs_work_) return;
+  rs_work_->wait();
+  rs_work_.reset();
+  rs_in_ = Tensor();
+  if (replicate_pg_) ar_work_ = replicate_pg_->all_reduce(rs_out_, ReduceOp::SUM);
+}
+
+void FSDPParamGroup::finish_reduce_apply() {
+  if (rs_work_) finish_reduce_scatter();
+  if (ar_work_) {
+    ar_work_->wait();
+    ar_work_.reset();
+  }
+  if (!rs_out_.defined()) return;
+  NoGradGuard no_grad;
+  const double scale = 1.0 / static_cast<double>(dp_size_);
+  for (FSDPParam& p : params_) {
+    if (!p.trainable) continue;
+    Shape local_shape = p.shape;
+    local_shape[0] = p.local_rows;
+    Tensor g = mul(rs_out_.narrow(0, p.grad_offset, p.local_rows * p.row_numel), scale)
+                   .to(storage_dtype_)
+                   .contiguous()
+                   .view(local_shape);
+    Tensor cur = p.sharded.grad();
+    if (cur.defined()) {
+      Tensor l = local_tensor(cur);
+      add_(l, g);
+    } else {
+      p.sharded.set_grad(make_dtensor(g, *p.spec));
+    }
+  }
+  rs_out_ = Tensor();
+}
+
+void FSDPParamGroup::accumulate_unsynced() {
+  if (reduce_dtype_ == param_dtype_) return;  // the leaves' .grad keeps accumulating
+  NoGradGuard no_grad;
+  for (FSDPParam& p : params_) {
+    if (!p.trainable) continue;
+    Tensor g = p.unsharded.grad();
+    if (!g.defined()) continue;
+    g = g.to(reduce_dtype_);
+    p.acc_grad = p.acc_grad.defined() ? add(p.acc_grad, g) : g.contiguous();
+    p.unsharded.set_grad(Tensor());
+  }
+}
+
+}  // namespace dtr

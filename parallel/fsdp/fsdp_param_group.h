@@ -1,0 +1,113 @@
+#pragma once
+// FSDPParamGroup: the parameters of one fully_shard unit, their Shard(0) storage in one flat
+// padded buffer, the flat all-gather that rebuilds the unsharded parameters and the flat
+// reduce-scatter of their gradients. Scheduling (hooks, prefetch, root) lives in fully_shard.cpp.
+// Source: torch/distributed/fsdp/_fully_shard/_fsdp_param_group.py and _fsdp_collectives.py.
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "dtensor/spec.h"
+#include "parallel/fsdp/mixed_precision.h"
+#include "runtime/device_mesh.h"
+#include "tensor/nn/module.h"
+
+namespace dtr {
+
+/// One parameter managed by a unit.
+struct FSDPParam {
+  std::vector<std::string> fqns;  // names relative to the unit's module (several when tied)
+  Shape shape;                    // global shape
+  int64_t rows = 0;               // shape[0]
+  int64_t row_numel = 1;          // product of shape[1:]
+  int64_t chunk_rows = 0;         // ceil(rows / shard size): rows of every padded shard
+  int64_t local_rows = 0;         // this rank's real rows (torch.chunk)
+  int64_t shard_offset = 0;       // element offset in the flat shard buffer (one rank's segment)
+  int64_t grad_offset = -1;       // element offset in one rank's reduce-scatter segment (-1: frozen)
+  bool trainable = false;
+  std::optional<DTensorSpec> spec;  // Shard(0) (or Replicate x Shard(0) for HSDP)
+  Tensor sharded;                 // the DTensor parameter (leaf) the optimizer steps
+  Tensor unsharded;               // plain leaf in param_dtype; its storage is freed when resharded
+  Tensor acc_grad;                // unsynced accumulation in reduce_dtype (when != param_dtype)
+  int64_t padded_numel() const { return chunk_rows * row_numel; }
+  /// Rows rank r of the shard dim holds.
+  int64_t rows_of(int64_t r) const;
+};
+
+/// The parameters of one unit and their collectives.
+class FSDPParamGroup {
+ public:
+  /// Shards `params` (name lists + full tensors, all of one dtype, dim >= 1, leaves) of `module`
+  /// over `mesh` (1-d: Shard(0); 2-d (replicate, shard): Replicate x Shard(0)) and registers the
+  /// sharded DTensors in the module. Each rank copies its torch.chunk rows of the full tensor
+  /// (no communication: every rank must hold the same initial values, as in PyTorch).
+  FSDPParamGroup(nn::Module& module, std::vector<std::pair<std::vector<std::string>, Tensor>> params,
+                 const DeviceMesh& mesh, const FSDPOptions& opt, std::string label);
+  ~FSDPParamGroup();
+  FSDPParamGroup(const FSDPParamGroup&) = delete;
+  FSDPParamGroup& operator=(const FSDPParamGroup&) = delete;
+
+  /// Issues the flat all-gather (async) when sharded and none is in flight.
+  void unshard_async();
+  /// Waits for the all-gather, copies the rows out into the unsharded parameters and registers
+  /// them in the module. No-op when already unsharded.
+  void wait_unshard();
+  /// Frees the unsharded parameters' storage and registers the sharded DTensors again.
+  void reshard();
+  bool is_unsharded() const { return unsharded_; }
+  bool gather_in_flight() const { return gather_work_ != nullptr; }
+  /// Waits for an in-flight all-gather and drops its result (end of backward clean-up).
+  void drop_gather();
+
+  /// Packs the unsharded gradients (in reduce_dtype, each padded to chunk_rows) into one flat
+  /// buffer, issues the reduce-scatter over the shard dim (async) and clears the unsharded
+  /// gradients. Missing gradients count as zeros. No-op for a unit without trainable params.
+  void reduce_grads_async();
+  /// Step 1 of finishing: waits for the reduce-scatter; HSDP issues the replicate all_reduce.
+  void finish_reduce_scatter();
+  /// Step 2: waits for the all_reduce, divides by the dp size and adds the shards into the
+  /// sharded parameters' .grad (Shard(0) DTensors in the parameter dtype).
+  void finish_reduce_apply();
+  bool reduce_pending() const { return rs_work_ != nullptr || ar_work_ != nullptr || rs_out_.defined(); }
+  /// Unsynced micro-step: moves the unsharded gradients into reduce_dtype accumulators when
+  /// reduce_dtype differs from param_dtype (otherwise they stay on the unsharded leaves).
+  void accumulate_unsynced();
+
+  std::vector<FSDPParam>& params() { return params_; }
+  const std::vector<FSDPParam>& params() const { return params_; }
+  int num_trainable() const { return num_trainable_; }
+  const std::string& label() const { return label_; }
+  /// Elements of one rank's flat shard / reduce-scatter segment (padding included).
+  int64_t shard_numel() const { return shard_numel_; }
+  int64_t grad_shard_numel() const { return grad_numel_; }
+  DType param_dtype() const { return param_dtype_; }
+  DType reduce_dtype() const { return reduce_dtype_; }
+  const DeviceMesh& mesh() const { return mesh_; }
+  /// Called with the index of a trainable parameter after its unsharded .grad was accumulated.
+  std::function<void(int)> on_grad_ready;
+
+ private:
+  void register_tensors(bool unsharded);
+
+  nn::Module& module_;
+  DeviceMesh mesh_;
+  std::shared_ptr<ProcessGroup> shard_pg_, replicate_pg_;
+  int64_t shard_size_ = 1, dp_size_ = 1;
+  std::string label_;
+  std::vector<FSDPParam> params_;
+  DType storage_dtype_ = DType::f32, param_dtype_ = DType::f32, reduce_dtype_ = DType::f32;
+  int64_t shard_numel_ = 0, grad_numel_ = 0;
+  int num_trainable_ = 0;
+  Tensor flat_shard_;  // [shard_numel_] in the storage dtype; params' local shards are views
+  bool unsharded_ = false;
+  // in-flight all-gather
+  WorkPtr gather_work_;
+  Tensor gather_in_, gather_out_;
+  // in-flight reduction
+  WorkPtr rs_work_, ar_work_;
+  Tensor rs_in_, rs_out_;
+};
+
+}  // namespace dtr

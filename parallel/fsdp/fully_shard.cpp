@@ -1,0 +1,366 @@
+// fully_shard scheduling: root detection, forward / backward hooks, prefetch, the end of
+// backward (see fully_shard.h).
+#include "parallel/fsdp/fully_shard.h"
+
+#include <algorithm>
+#include <map>
+#include <unordered_map>
+
+#include "dtensor/api.h"
+#include "parallel/activation_checkpoint.h"
+#include "tensor/autograd/grad_mode.h"
+#include "tensor/ops.h"
+#include "tensor/optim/local.h"
+
+namespace dtr {
+namespace {
+
+struct FSDPContext;
+
+/// One fully_shard unit: its param group and per-iteration state.
+struct FSDPState : std::enable_shared_from_this<FSDPState> {
+  nn::Module* module = nullptr;
+  std::string label;
+  FSDPOptions opt;
+  std::unique_ptr<FSDPParamGroup> group;
+  bool is_root = false;
+  bool requires_sync = true;
+  std::shared_ptr<FSDPContext> ctx;
+  // per iteration
+  std::vector<bool> ready;
+  int n_ready = 0;
+  bool post_backward_done = false;
+  bool pre_backward_done = false;
+  int input_hooks_pending = 0;
+  bool input_hooks_registered = false;
+
+  void pre_forward(std::vector<Tensor>& inputs);
+  void post_forward(std::vector<Tensor>& outputs);
+  void pre_backward();
+  void on_grad_ready(int idx);
+  void post_backward();
+  void maybe_reshard_after_backward();
+  void become_root();
+};
+
+/// Shared by a root and the units below it.
+struct FSDPContext {
+  std::vector<FSDPState*> units;  // pre-order
+  std::vector<FSDPState*> fwd_prev, fwd_cur, post_fwd;
+  std::vector<FSDPState*> pending;  // units with a reduction in flight, in issue order
+  bool finalized = true;
+
+  /// Waits for the reductions in issue order (all reduce-scatters first, then HSDP all-reduces
+  /// and the accumulation into .grad).
+  void wait_reductions() {
+    for (FSDPState* s : pending) s->group->finish_reduce_scatter();
+    for (FSDPState* s : pending) s->group->finish_reduce_apply();
+    pending.clear();
+  }
+  /// Called after a unit's post-backward: when every trainable unit that ran forward is done,
+  /// the backward's reductions are complete.
+  void maybe_finalize() {
+    for (FSDPState* s : fwd_cur)
+      if (s->group->num_trainable() > 0 && !s->post_backward_done) return;
+    wait_reductions();
+    finalized = true;
+  }
+  /// Everything left: reduce incomplete units, wait, drop prefetches, reshard all.
+  void finish(bool reduce_incomplete) {
+    if (reduce_incomplete)
+      for (FSDPState* s : fwd_cur)
+        if (s->group->num_trainable() > 0 && !s->post_backward_done && s->n_ready > 0) s->post_backward();
+    wait_reductions();
+    for (FSDPState* s : units) {
+      s->group->drop_gather();
+      s->group->reshard();
+    }
+    finalized = true;
+  }
+};
+
+std::unordered_map<const nn::Module*, std::weak_ptr<FSDPState>>& registry() {
+  static std::unordered_map<const nn::Module*, std::weak_ptr<FSDPState>> r;
+  return r;
+}
+
+/// Plain parameters claimed by a unit (weak: a tensor still alive elsewhere is a tied weight)
+/// and the DTensors fully_shard made.
+struct Claim {
+  std::weak_ptr<TensorImpl> impl;
+  std::string desc;
+};
+std::unordered_map<const TensorImpl*, Claim>& claimed_originals() {
+  static std::unordered_map<const TensorImpl*, Claim> r;
+  return r;
+}
+std::unordered_map<const TensorImpl*, std::weak_ptr<TensorImpl>>& fsdp_dtensors() {
+  static std::unordered_map<const TensorImpl*, std::weak_ptr<TensorImpl>> r;
+  return r;
+}
+
+std::shared_ptr<FSDPState> state_of(const nn::Module* m) {
+  auto it = registry().find(m);
+  if (it == registry().end()) return nullptr;
+  auto s = it->second.lock();
+  if (!s) registry().erase(it);
+  return s;
+}
+
+bool is_fsdp_dtensor(const Tensor& t) {
+  auto it = fsdp_dtensors().find(t.impl());
+  return it != fsdp_dtensors().end() && it->second.lock() == t.impl_ptr();
+}
+
+void check_dtype(std::optional<DType> dt, const char* what) {
+  if (!dt) return;
+  DTR_CHECK(*dt == DType::f32 || *dt == DType::f64 || *dt == DType::bf16 || *dt == DType::f16,
+            "fully_shard: MixedPrecisionPolicy.", what, " = ", *dt, " is not supported (expected f32, f64, bf16 or f16)");
+}
+
+int index_of(const std::vector<FSDPState*>& v, const FSDPState* s) {
+  auto it = std::find(v.begin(), v.end(), s);
+  return it == v.end() ? -1 : static_cast<int>(it - v.begin());
+}
+
+// ---- FSDPState -------------------------------------------------------------------------------
+
+void FSDPState::become_root() {
+  auto c = std::make_shared<FSDPContext>();
+  for (auto& [name, m] : module->named_modules()) {
+    auto s = state_of(m.get());
+    if (!s) continue;
+    c->units.push_back(s.get());
+    s->ctx = c;
+    s->is_root = s.get() == this;
+  }
+}
+
+void FSDPState::pre_forward(std::vector<Tensor>& inputs) {
+  if (!ctx) become_root();
+  if (is_root) {
+    // A new iteration: finish leftovers of the previous one (no new reductions), reset.
+    ctx->finish(/*reduce_incomplete=*/false);
+    if (!ctx->fwd_cur.empty()) ctx->fwd_prev = ctx->fwd_cur;
+    ctx->fwd_cur.clear();
+    ctx->post_fwd.clear();
+    ctx->finalized = false;
+  }
+  ready.assign(group->params().size(), false);
+  n_ready = 0;
+  post_backward_done = false;
+  pre_backward_done = false;
+  input_hooks_pending = 0;
+  input_hooks_registered = false;
+  ctx->fwd_cur.push_back(this);
+
+  group->unshard_async();
+  group->wait_unshard();
+  // Forward prefetch: the next units in last iteration's forward order.
+  const int i = index_of(ctx->fwd_prev, this);
+  if (i >= 0)
+    for (int k = 1; k <= opt.forward_prefetch_depth && i + k < static_cast<int>(ctx->fwd_prev.size()); ++k)
+      ctx->fwd_prev[i + k]->group->unshard_async();
+
+  // A checkpointed module runs its forward with grad off (its pre-hook ran first); the cast and
+  // the input hooks must still connect to the caller's graph.
+  GradModeGuard track(grad_enabled() || is_checkpointed(*module));
+  const auto& mp = opt.mp_policy;
+  if (mp.cast_forward_inputs && mp.param_dtype)
+    for (Tensor& x : inputs)
+      if (x.defined() && is_floating(x.dtype()) && x.dtype() != *mp.param_dtype) x = x.to(*mp.param_dtype);
+
+  // Post-backward signal for resharding: the gradients of the unit's inputs are complete only
+  // after every node of the unit that leads to them ran.
+  if (grad_enabled()) {
+    std::weak_ptr<FSDPState> w = weak_from_this();
+    for (const Tensor& x : inputs) {
+      if (!x.defined() || !x.requires_grad() || x.is_leaf()) continue;
+      ++input_hooks_pending;
+      x.register_hook([w](const Tensor&) {
+        if (auto s = w.lock()) {
+          --s->input_hooks_pending;
+          s->maybe_reshard_after_backward();
+        }
+        return Tensor();
+      });
+    }
+    input_hooks_registered = input_hooks_pending > 0;
+  }
+}
+
+void FSDPState::post_forward(std::vector<Tensor>& outputs) {
+  ctx->post_fwd.push_back(this);
+  if (!is_root && opt.reshard_after_forward) group->reshard();
+  if (is_root && opt.mp_policy.output_dtype)
+    for (Tensor& y : outputs)
+      if (y.defined() && is_floating(y.dtype()) && y.dtype() != *opt.mp_policy.output_dtype)
+        y = y.to(*opt.mp_policy.output_dtype);
+  if (!grad_enabled()) return;
+  std::weak_ptr<FSDPState> w = weak_from_this();
+  for (const Tensor& y : outputs) {
+    if (!y.defined() || !y.requires_grad() || y.is_leaf()) continue;
+    y.register_hook([w](const Tensor&) {
+      if (auto s = w.lock()) s->pre_backward();
+      return Tensor();
+    });
+  }
+}
+
+void FSDPState::pre_backward() {
+  if (pre_backward_done || !ctx) return;
+  pre_backward_done = true;
+  group->unshard_async();
+  group->wait_unshard();
+  // Backward prefetch: the next units in backward order (reverse post-forward order).
+  const auto& order = ctx->post_fwd;
+  const int i = index_of(order, this);
+  if (i < 0) return;
+  for (int k = 1; k <= opt.backward_prefetch_depth && i - k >= 0; ++k) {
+    FSDPState* s = order[i - k];
+    if (!s->post_backward_done) s->group->unshard_async();
+  }
+}
+
+void FSDPState::on_grad_ready(int idx) {
+  if (!ctx || post_backward_done || ready.empty()) return;
+  if (!ready[idx]) {
+    ready[idx] = true;
+    ++n_ready;
+  }
+  if (n_ready == group->num_trainable()) {
+    post_backward();
+    ctx->maybe_finalize();
+  }
+}
+
+void FSDPState::post_backward() {
+  post_backward_done = true;
+  if (requires_sync) {
+    group->reduce_grads_async();
+    if (group->reduce_pending()) ctx->pending.push_back(this);
+  } else {
+    group->accumulate_unsynced();
+  }
+  maybe_reshard_after_backward();
+}
+
+void FSDPState::maybe_reshard_after_backward() {
+  // Safe once no node of the unit can still read its parameters: trainable grads all done (or
+  // none) and the inputs' gradients complete. Without input hooks a unit holding frozen
+  // parameters waits for finish (a frozen weight may still be read for an input gradient).
+  const bool params_done = group->num_trainable() == 0 ? input_hooks_registered : post_backward_done;
+  if (!params_done || input_hooks_pending > 0) return;
+  const bool has_frozen = static_cast<int>(group->params().size()) > group->num_trainable();
+  if (has_frozen && !input_hooks_registered) return;
+  group->reshard();
+}
+
+}  // namespace
+
+// ---- public API --------------------------------------------------------------------------------
+
+void register_dtensor_optim_converter() {
+  optim::set_optim_local_converter([](const Tensor& t) { return local_tensor(t); });
+}
+
+void fully_shard(nn::Module& module, const DeviceMesh& mesh, const FSDPOptions& options) {
+  const std::string label = module.type_name();
+  DTR_CHECK(!state_of(&module), "fully_shard: called twice on the same ", label, " module");
+  DTR_CHECK(mesh.ndim() == 1 || mesh.ndim() == 2, "fully_shard(", label, "): expected a 1-d (shard) or 2-d ",
+            "(replicate, shard) mesh, got ", mesh.ndim(), " dims ", mesh.str());
+  DTR_CHECK(options.forward_prefetch_depth >= 0 && options.backward_prefetch_depth >= 0, "fully_shard(", label,
+            "): prefetch depths must be >= 0 (forward ", options.forward_prefetch_depth, ", backward ",
+            options.backward_prefetch_depth, ")");
+  check_dtype(options.mp_policy.param_dtype, "param_dtype");
+  check_dtype(options.mp_policy.reduce_dtype, "reduce_dtype");
+  check_dtype(options.mp_policy.output_dtype, "output_dtype");
+  register_dtensor_optim_converter();
+
+  // Claim: every parameter (tied names grouped) not already a fully_shard DTensor.
+  std::vector<std::pair<std::vector<std::string>, Tensor>> params;
+  std::map<const TensorImpl*, size_t> index;
+  for (auto& [fqn, t] : module.named_parameters("", true, /*remove_duplicate=*/false)) {
+    if (is_fsdp_dtensor(t)) continue;
+    auto c = claimed_originals().find(t.impl());
+    if (c != claimed_originals().end() && c->second.impl.lock() == t.impl_ptr())
+      DTR_ERROR("fully_shard(", label, "): parameter \"", fqn, "\" is shared with ", c->second.desc,
+                ", which another fully_shard unit already claimed; tied weights must live in one unit "
+                "(apply fully_shard to a module that contains both)");
+    DTR_CHECK(!t.is_distributed(), "fully_shard(", label, "): parameter \"", fqn, "\" is already a DTensor (",
+              t.dist_spec()->str(), "); FSDP + tensor parallel is not supported yet");
+    DTR_CHECK(t.dim() >= 1, "fully_shard(", label, "): parameter \"", fqn, "\" is 0-d; Shard(0) needs dim >= 1");
+    DTR_CHECK(t.is_leaf(), "fully_shard(", label, "): parameter \"", fqn, "\" is not a leaf");
+    auto it = index.find(t.impl());
+    if (it != index.end()) {
+      params[it->second].first.push_back(fqn);
+      continue;
+    }
+    index[t.impl()] = params.size();
+    params.push_back({{fqn}, t});
+  }
+  for (auto& [names, t] : params)
+    claimed_originals()[t.impl()] = Claim{t.impl_ptr(), "\"" + names[0] + "\" of a " + label + " unit"};
+
+  auto st = std::make_shared<FSDPState>();
+  st->module = &module;
+  st->label = label;
+  st->opt = options;
+  st->group = std::make_unique<FSDPParamGroup>(module, std::move(params), mesh, options, label);
+  for (const FSDPParam& p : st->group->params()) fsdp_dtensors()[p.sharded.impl()] = p.sharded.impl_ptr();
+  std::weak_ptr<FSDPState> w = st;
+  st->group->on_grad_ready = [w](int idx) {
+    if (auto s = w.lock()) s->on_grad_ready(idx);
+  };
+  registry()[&module] = st;
+  // The hooks own the state (it lives as long as the module).
+  module.register_forward_pre_hook(
+      [st](nn::Module&, const std::vector<Tensor>& in) -> std::optional<std::vector<Tensor>> {
+        std::vector<Tensor> x = in;
+        st->pre_forward(x);
+        return x;
+      });
+  module.register_forward_hook([st](nn::Module&, const std::vector<Tensor>&,
+                                    const std::vector<Tensor>& out) -> std::optional<std::vector<Tensor>> {
+    std::vector<Tensor> y = out;
+    st->post_forward(y);
+    return y;
+  });
+}
+
+bool is_fully_sharded(const nn::Module& module) { return state_of(&module) != nullptr; }
+
+FSDPParamGroup* fsdp_param_group(const nn::Module& module) {
+  auto s = state_of(&module);
+  return s ? s->group.get() : nullptr;
+}
+
+void set_requires_gradient_sync(nn::Module& module, bool requires_sync) {
+  int n = 0;
+  for (auto& [name, m] : module.named_modules()) {
+    auto s = state_of(m.get());
+    if (!s) continue;
+    s->requires_sync = requires_sync;
+    ++n;
+  }
+  DTR_CHECK(n > 0, "set_requires_gradient_sync: no fully_shard unit under this ", module.type_name());
+}
+
+void finish_backward(nn::Module& module) {
+  std::shared_ptr<FSDPContext> ctx;
+  for (auto& [name, m] : module.named_modules()) {
+    auto s = state_of(m.get());
+    if (!s) continue;
+    if (!s->ctx) return;  // never ran forward: nothing to finish
+    ctx = s->ctx;
+    break;
+  }
+  DTR_CHECK(ctx != nullptr || is_fully_sharded(module) || [&] {
+    for (auto& [n, m] : module.named_modules())
+      if (state_of(m.get())) return true;
+    return false;
+  }(), "finish_backward: no fully_shard unit under this ", module.type_name());
+  if (ctx) ctx->finish(/*reduce_incomplete=*/true);
+}
+
+}  // namespace dtr

@@ -1,0 +1,66 @@
+#pragma once
+// fully_shard: FSDP2 for nn::Module trees. Source: torch.distributed.fsdp.fully_shard (FSDP2)
+// semantics, see /work/shared/reference/pytorch-dtensor-fsdp2-semantics.md.
+//
+// Usage (bottom-up, like PyTorch):
+//   for (auto& layer : layers) fully_shard(*layer, mesh, opt);
+//   fully_shard(model, mesh, opt);          // the root: claims what is left
+//   AdamW optim(model.parameters(), ...);   // steps on the local shards only
+//   loss = ...; loss.backward();            // reduce-scatters overlap the rest of backward
+//   finish_backward(model);                 // see "Backward contract" below
+//   optim.step(); optim.zero_grad();
+//
+// What a call does: the module's parameters not claimed by an earlier call on a descendant
+// become Shard(0) DTensors on `mesh` (1-d: [Shard(0)]; 2-d (replicate, shard) HSDP:
+// [Replicate(), Shard(0)]), requires_grad kept, each rank holding its torch.chunk rows in one
+// flat buffer padded to ceil(rows / shard size) rows per parameter. Forward pre-hook: one flat
+// all-gather (in param_dtype) rebuilds plain unsharded leaf parameters (set_parameter) and
+// issues the all-gathers of the next forward_prefetch_depth units; post-hook: frees them when
+// reshard_after_forward (never for the root) and hooks the outputs' gradients so that the
+// parameters are gathered again before the unit's backward (plus backward_prefetch_depth units
+// in backward order). When all trainable unsharded parameters of a unit got their gradient
+// (post-accumulate-grad hooks) their gradients are reduce-scattered as one flat buffer in
+// reduce_dtype (async; HSDP adds an all_reduce over the replicate dim), averaged over the dp
+// size and added into the sharded parameters' .grad (Shard(0) DTensors). Frozen parameters are
+// gathered but never reduced; a unit without trainable parameters issues no reduce-scatter.
+//
+// Backward contract: when every unit that has trainable parameters and ran forward received all
+// its gradients, the last post-accumulate hook waits for the outstanding reductions, so after
+// loss.backward() the sharded .grad are final. When some trainable parameter received no
+// gradient (unused in this forward), call finish_backward(root) before the optimizer step: it
+// reduces what is left (missing gradients count as zero), waits and reshards every unit. It is
+// idempotent and cheap, so calling it after every backward is the recommended pattern.
+#include "parallel/fsdp/fsdp_param_group.h"
+#include "parallel/fsdp/mixed_precision.h"
+
+namespace dtr {
+
+/// Shards `module`'s unclaimed parameters over `mesh` (see the file comment).
+/// Errors: fully_shard already called on `module`; a parameter also registered in a module
+/// outside this unit that an earlier unit claimed (tied weights across units; both FQNs named);
+/// a parameter that is already a DTensor not made by fully_shard (FSDP + TP is not built);
+/// a 0-d or non-leaf parameter; parameters of one unit with different dtypes; a policy dtype
+/// that is not f32/f64/bf16/f16; a mesh that is not 1-d or 2-d; negative prefetch depths.
+void fully_shard(nn::Module& module, const DeviceMesh& mesh, const FSDPOptions& options = {});
+
+/// True when fully_shard was called on `module`.
+bool is_fully_sharded(const nn::Module& module);
+
+/// Gradient accumulation: with false, backward keeps the unsharded gradients (in reduce_dtype)
+/// and issues no reduce-scatter until a backward with true. Applies to every unit in `module`'s
+/// subtree. Errors: no unit in the subtree.
+void set_requires_gradient_sync(nn::Module& module, bool requires_sync);
+
+/// Finishes the backward of every unit under `module`: reduces units whose gradients are
+/// incomplete (missing = zero), waits for all reductions and in-flight all-gathers, reshards.
+/// Idempotent. Errors: no unit in the subtree.
+void finish_backward(nn::Module& module);
+
+/// The param group of a unit (tests and benchmarks read its layout); null when not sharded.
+FSDPParamGroup* fsdp_param_group(const nn::Module& module);
+
+/// Registers the optimizer's local-tensor converter for DTensors (DTensor -> local shard).
+/// fully_shard calls it; exposed for other strategies that hand DTensors to an optimizer.
+void register_dtensor_optim_converter();
+
+}  // namespace dtr

@@ -1,0 +1,49 @@
+#pragma once
+// FSDP2 policies and options: MixedPrecisionPolicy, OffloadPolicy, FSDPOptions.
+// Source: torch.distributed.fsdp (FSDP2) MixedPrecisionPolicy / OffloadPolicy / fully_shard args.
+#include <optional>
+
+#include "tensor/dtype.h"
+
+namespace dtr {
+
+/// Mixed precision of one FSDP unit. Unset dtypes mean "no cast".
+/// - param_dtype: dtype of the unsharded (all-gathered) parameters used for compute; the
+///   sharded parameters (the optimizer's master copy) keep their own dtype. The all-gather
+///   runs in param_dtype (the local shards are cast before the collective).
+/// - reduce_dtype: dtype of the gradient reduce-scatter / all-reduce (default: param_dtype).
+///   Unsynced gradient accumulation keeps the unsharded gradients in reduce_dtype.
+/// - output_dtype: the root unit casts its floating outputs to it.
+/// - cast_forward_inputs: every unit casts its floating forward inputs to param_dtype.
+/// Allowed dtypes: f32, f64, bf16, f16 (fully_shard throws otherwise).
+struct MixedPrecisionPolicy {
+  std::optional<DType> param_dtype;
+  std::optional<DType> reduce_dtype;
+  std::optional<DType> output_dtype;
+  bool cast_forward_inputs = true;
+};
+
+/// CPU offload of sharded parameters, gradients and optimizer state. Meaningful with CUDA; on a
+/// CPU build everything already lives on the CPU, so the policy is accepted and has no effect.
+struct OffloadPolicy {
+  bool enabled = false;
+  bool pin_memory = true;
+};
+
+/// Options of fully_shard.
+/// - reshard_after_forward: free the unsharded parameters after the unit's forward and
+///   all-gather them again before its backward (ZeRO-3); false keeps them until after backward
+///   (ZeRO-2). The root unit is never resharded after forward (PyTorch does the same).
+/// - forward_prefetch_depth: in forward, a unit issues the all-gathers of the next N units (in
+///   the forward order recorded in the previous iteration) right after its own.
+/// - backward_prefetch_depth: in backward, a unit issues the all-gathers of the next N units in
+///   backward order (reverse post-forward order).
+struct FSDPOptions {
+  bool reshard_after_forward = true;
+  MixedPrecisionPolicy mp_policy;
+  OffloadPolicy offload_policy;
+  int forward_prefetch_depth = 1;
+  int backward_prefetch_depth = 1;
+};
+
+}  // namespace dtr
