@@ -1,5 +1,6 @@
 // embedding(ids, weight): row gather; backward scatter-adds the gradient rows into a zero
-// [num, dim] gradient (op "embedding_backward", ids saved). Source: torch.nn.functional.embedding.
+// [num, dim] gradient (op "embedding_backward", ids saved; a distributed weight is passed as an
+// optional third input that only informs the sharding rule). Source: torch.nn.functional.embedding.
 #include "tensor/autograd/node.h"
 #include "tensor/dispatch.h"
 #include "tensor/ops.h"
@@ -15,9 +16,13 @@ Tensor embedding(const Tensor& ids, const Tensor& weight) {
   Tensor out = dispatch1(OpCall{op, {ids, weight}, {}});
   if (needs_grad({weight})) {
     record("embedding", {ids, weight}, out,
-           [sid = SavedTensor(ids), num = weight.sizes()[0]](const std::vector<Tensor>& g, const std::vector<bool>& n) {
+           [sid = SavedTensor(ids), num = weight.sizes()[0],
+            wd = weight.is_distributed() ? weight.detach() : Tensor()](const std::vector<Tensor>& g,
+                                                                       const std::vector<bool>& n) {
+             // A distributed weight rides along (unused by the kernel) so the sharding rule sees
+             // its placements: a vocab-sharded weight gets a vocab-sharded gradient.
              static const OpDef* bw = op_def("embedding_backward");
-             return std::vector<Tensor>{Tensor(), dispatch1(OpCall{bw, {g[0], sid.get("embedding")}, {num}})};
+             return std::vector<Tensor>{Tensor(), dispatch1(OpCall{bw, {g[0], sid.get("embedding"), wd}, {num}})};
            });
   }
   return out;

@@ -64,7 +64,7 @@ void apply_causal_mask(Mat<T>& s, int64_t i0, int64_t j0, int64_t T_, int64_t S)
 template <class T>
 void sdpa_forward(const Tensor& q, const Tensor& k, const Tensor& v, Tensor& out, Tensor& lse, bool causal, double scale) {
   const int64_t B = q.size(0), Hq = q.size(1), T_ = q.size(2), D = q.size(3);
-  const int64_t Hkv = k.size(1), S = k.size(2), Dv = v.size(3), group = Hq / Hkv;
+  const int64_t Hkv = k.size(1), S = k.size(2), Dv = v.size(3), group = Hkv > 0 ? Hq / Hkv : 1;  // 0 heads: empty shard
   const int64_t nqb = (T_ + kBlockQ - 1) / kBlockQ;
   const Heads<T> Q(q), K(k), V(v);
   T* po = static_cast<T*>(out.data_ptr());
@@ -139,7 +139,7 @@ template <class T>
 void sdpa_backward(const Tensor& g, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& o,
                    const Tensor& lse, Tensor& dq, Tensor& dk, Tensor& dv, bool causal, double scale) {
   const int64_t B = q.size(0), Hq = q.size(1), T_ = q.size(2), D = q.size(3);
-  const int64_t Hkv = k.size(1), S = k.size(2), Dv = v.size(3), group = Hq / Hkv;
+  const int64_t Hkv = k.size(1), S = k.size(2), Dv = v.size(3), group = Hkv > 0 ? Hq / Hkv : 1;  // 0 heads: empty shard
   const Heads<T> Q(q), K(k), V(v), G(g), O(o);
   const T* pl = static_cast<const T*>(lse.data_ptr());
   const int64_t lsb = lse.stride(0), lsh = lse.stride(1), lst = lse.stride(2);
