@@ -35,10 +35,10 @@ CePlan plan(const OpSchema& s, size_t li) {
     const Placement& a = L.placements[m];
     if (a.is_shard(0) || (!a.shards() && !a.is_partial() && t.placements[m].is_shard(0))) {
       p.logits[m] = p.targets[m] = Shard(0);
-      p.row_dims.push_back(m);
+      if (s.mesh.size(m) > 1) p.row_dims.push_back(m);  // a 1-rank mesh dim needs no reduction
     } else if (a.is_shard(1)) {
       p.logits[m] = Shard(1);
-      p.class_dims.push_back(m);
+      if (s.mesh.size(m) > 1) p.class_dims.push_back(m);
     }
   }
   return p;
