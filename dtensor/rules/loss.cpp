@@ -12,6 +12,7 @@
 // owning rank, times g / count; the gradient keeps the logits' placements.
 // Source: PyTorch torch.distributed.tensor.parallel.loss_parallel, Megatron
 // vocab_parallel_cross_entropy.
+#include <algorithm>
 #include <cmath>
 #include <limits>
 
@@ -44,22 +45,30 @@ CePlan plan(const OpSchema& s, size_t li) {
   return p;
 }
 
-/// Per local row: lse over the global class dim, and (when `tlogit`) the target's logit.
+/// Per local row: lse over the global class dim and (when `want_tlogit`) the target's logit.
+/// The O(N * C) work (row max, sum of exp) runs in the op kernels on the local logits
+/// (f32 for bf16/f16 inputs); only O(N) vectors are handled here and communicated (in f64).
 struct RowStats {
-  std::vector<double> x;  // local logits, row-major [n, c]
+  Tensor x;               // local logits [n, c], contiguous, f32 or f64
   std::vector<int64_t> tg;
   std::vector<double> lse, tlogit;
   int64_t n = 0, c = 0, c_off = 0, count = 0;  // count: local non-ignored rows
 };
 
+/// Element (i, j) of a contiguous f32 / f64 matrix with `c` columns.
+double at(const Tensor& x, int64_t i, int64_t j, int64_t c) {
+  return x.dtype() == DType::f64 ? static_cast<const double*>(x.data_ptr())[i * c + j]
+                                 : static_cast<double>(static_cast<const float*>(x.data_ptr())[i * c + j]);
+}
+
 RowStats row_stats(const Tensor& logits, const Tensor& targets, const OpSchema& s, size_t li, const CePlan& p,
                    int64_t ignore, bool want_tlogit, const char* op) {
   RowStats r;
   const int64_t C = s.spec(li).shape[1];
-  r.n = logits.sizes()[0];
-  r.c = logits.sizes()[1];
+  r.x = contiguous(is_low_precision(logits.dtype()) ? to_dtype(logits, DType::f32) : logits);
+  r.n = r.x.sizes()[0];
+  r.c = r.x.sizes()[1];
   r.c_off = local_offset_of(s.mesh, s.spec(li).shape, p.logits)[1];
-  r.x = logits.to_vector<double>();
   r.tg = targets.to_vector<int64_t>();
   for (size_t i = 0; i < r.tg.size(); ++i) {
     if (r.tg[i] == ignore) continue;
@@ -68,26 +77,35 @@ RowStats row_stats(const Tensor& logits, const Tensor& targets, const OpSchema& 
     ++r.count;
   }
   const double ninf = -std::numeric_limits<double>::infinity();
-  const size_t n1 = static_cast<size_t>(std::max<int64_t>(r.n, 1));  // collectives never get 0 elements
-  std::vector<double> mx(n1, ninf);
-  for (int64_t i = 0; i < r.n; ++i)
-    for (int64_t j = 0; j < r.c; ++j) mx[i] = std::max(mx[i], r.x[i * r.c + j]);
+  const int64_t n1 = std::max<int64_t>(r.n, 1);  // collectives never get 0 elements
   const TensorOptions f64(DType::f64);
+  // Row max over the global classes.
+  std::vector<double> mx(static_cast<size_t>(n1), ninf);
+  if (r.n > 0 && r.c > 0) {
+    const std::vector<double> lm = amax(r.x, {1}, false).to_vector<double>();
+    std::copy(lm.begin(), lm.end(), mx.begin());
+  }
   if (!p.class_dims.empty()) {
-    Tensor t = from_vector<double>(mx, {static_cast<int64_t>(n1)}, f64);
+    Tensor t = from_vector<double>(mx, {n1}, f64);
     for (int m : p.class_dims) all_reduce_mesh_dim(s.mesh, m, t, ReduceOp::MAX);
     mx = t.to_vector<double>();
   }
-  // sums[0, i] = sum exp(x - max), sums[1, i] = target logit (owning rank) or 0.
-  std::vector<double> sums(2 * n1, 0.0);
+  // sums[i] = sum_j exp(x_ij - max_i); sums[n1 + i] = target logit (owning rank) or 0.
+  std::vector<double> sums(static_cast<size_t>(2 * n1), 0.0);
+  if (r.n > 0 && r.c > 0) {
+    std::vector<double> shift(mx.begin(), mx.begin() + r.n);
+    for (double& v : shift)
+      if (v == ninf) v = 0;  // a row of -inf logits: exp(-inf) = 0, lse stays -inf below
+    const Tensor m = from_vector<double>(shift, {r.n, 1}, TensorOptions(r.x.dtype()));
+    const std::vector<double> e = sum(exp(sub(r.x, m)), {1}, false).to_vector<double>();
+    std::copy(e.begin(), e.end(), sums.begin());
+  }
   for (int64_t i = 0; i < r.n; ++i) {
-    if (mx[i] != ninf)
-      for (int64_t j = 0; j < r.c; ++j) sums[i] += std::exp(r.x[i * r.c + j] - mx[i]);
     const int64_t k = r.tg[i] - r.c_off;
-    if (want_tlogit && r.tg[i] != ignore && k >= 0 && k < r.c) sums[n1 + i] = r.x[i * r.c + k];
+    if (want_tlogit && r.tg[i] != ignore && k >= 0 && k < r.c) sums[n1 + i] = at(r.x, i, k, r.c);
   }
   if (!p.class_dims.empty()) {
-    Tensor t = from_vector<double>(sums, {static_cast<int64_t>(2 * n1)}, f64);
+    Tensor t = from_vector<double>(sums, {2 * n1}, f64);
     for (int m : p.class_dims) all_reduce_mesh_dim(s.mesh, m, t, ReduceOp::SUM);
     sums = t.to_vector<double>();
   }
@@ -144,15 +162,22 @@ ShardingDecision rule_cross_entropy_backward(const OpSchema& s) {
       count = t.item<double>();
     }
     const double k = count == 0 ? 0.0 : g / count;
-    std::vector<double> out(static_cast<size_t>(r.n * r.c), 0.0);
+    // dlogits = exp(x - lse) * k on non-ignored rows (0 elsewhere), minus k at the owned target.
+    std::vector<double> lse(r.lse), kcol(static_cast<size_t>(r.n), 0.0);
     for (int64_t i = 0; i < r.n; ++i) {
-      if (r.tg[i] == ignore) continue;
-      for (int64_t j = 0; j < r.c; ++j) out[i * r.c + j] = std::exp(r.x[i * r.c + j] - r.lse[i]) * k;
-      const int64_t t = r.tg[i] - r.c_off;
-      if (t >= 0 && t < r.c) out[i * r.c + t] -= k;
+      if (r.tg[i] != ignore) kcol[i] = k;
+      else lse[i] = 0;
     }
-    return std::vector<Tensor>{
-        from_vector<double>(out, in[1].sizes(), TensorOptions(in[1].dtype()).with_device(in[1].device()))};
+    const TensorOptions xo(r.x.dtype());
+    Tensor out = contiguous(
+        mul(exp(sub(r.x, from_vector<double>(lse, {r.n, 1}, xo))), from_vector<double>(kcol, {r.n, 1}, xo)));
+    for (int64_t i = 0; i < r.n; ++i) {
+      const int64_t t = r.tg[i] - r.c_off;
+      if (r.tg[i] == ignore || t < 0 || t >= r.c) continue;
+      if (out.dtype() == DType::f64) static_cast<double*>(out.data_ptr())[i * r.c + t] -= k;
+      else static_cast<float*>(out.data_ptr())[i * r.c + t] -= static_cast<float>(k);
+    }
+    return std::vector<Tensor>{to_dtype(out, in[1].dtype())};
   };
   return d;
 }

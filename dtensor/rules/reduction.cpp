@@ -18,6 +18,23 @@ int64_t out_dim(int64_t d, const Shape& dims, bool keepdim) {
   return d - std::count_if(dims.begin(), dims.end(), [d](int64_t r) { return r < d; });
 }
 
+/// True when some rank of the mesh holds an empty slice of tensor dim d.
+bool some_shard_empty(const DTensorSpec& x, int64_t d) {
+  const Shape& ms = x.mesh.shape();
+  std::vector<int64_t> coord(ms.size(), 0);
+  for (int64_t r = 0; r < x.mesh.size(); ++r) {
+    int64_t rem = r;
+    for (size_t i = ms.size(); i-- > 0;) {
+      coord[i] = rem % ms[i];
+      rem /= ms[i];
+    }
+    Shape ls, off;
+    local_shape_and_offset(x.shape, ms, x.placements, coord, ls, off);
+    if (ls[d] == 0) return true;
+  }
+  return false;
+}
+
 ShardingDecision reduce_rule(const OpSchema& s, ReduceOp partial_op) {
   const DTensorSpec& x = s.spec(0);
   const Shape dims = reduction_dims(s.call.shape(0), static_cast<int64_t>(x.shape.size()), s.call.name());
@@ -25,6 +42,11 @@ ShardingDecision reduce_rule(const OpSchema& s, ReduceOp partial_op) {
   Placements in = x.placements, out = x.placements;
   for (size_t i = 0; i < in.size(); ++i) {
     const Placement& p = in[i];
+    // max / min have no identity for an empty shard: gather that dim instead.
+    if (p.is_shard() && partial_op != ReduceOp::SUM && out_dim(p.dim, dims, keepdim) < 0 && some_shard_empty(x, p.dim)) {
+      in[i] = out[i] = Replicate();
+      continue;
+    }
     if (p.is_shard()) {
       const int64_t od = out_dim(p.dim, dims, keepdim);
       out[i] = od < 0 ? Partial(partial_op) : Shard(od);
