@@ -56,3 +56,24 @@ TEST_CASE("row-sharded cross_entropy reduces sum and count in one all_reduce", "
   CHECK(m.total() == (mesh.size() > 1 ? 1 : 0));
   CHECK(std::abs(to_local(loss).item<double>() - cross_entropy(logits, t, -100).item<double>()) < kDistTol);
 }
+
+TEST_CASE("loss parallel in f32 and bf16 matches the single-process kernel", "[rules][loss][lowp]") {
+  DeviceMesh mesh = DeviceMesh::world("w");
+  manual_seed(83);
+  Tensor t = from_vector<int64_t>({8, 0, -100, 4, 2}, {5});
+  for (DType dt : {DType::f32, DType::bf16}) {
+    const double tol = dt == DType::f32 ? 1e-5 : 2e-2;
+    Tensor logits = to_dtype(rnd({5, 9}, -3, 3), dt);
+    for (const Placements& pl : {Placements{Shard(1)}, Placements{Shard(0)}}) {
+      Tensor dl = distribute_tensor(logits, mesh, pl).set_requires_grad(true);
+      Tensor loss = cross_entropy(dl, t, -100);
+      loss.backward();
+      Tensor lr = logits.detach().clone().set_requires_grad(true);
+      Tensor ref = cross_entropy(lr, t, -100);
+      ref.backward();
+      CHECK(to_local(loss).dtype() == dt);
+      CHECK(std::abs(to_local(loss).item<double>() - ref.item<double>()) < tol);
+      CHECK(max_abs_diff(to_dtype(full_tensor(dl.grad()), DType::f64), to_dtype(lr.grad(), DType::f64)) < tol);
+    }
+  }
+}
