@@ -28,8 +28,8 @@ inline Shape local_offset_of(const DeviceMesh& mesh, const Shape& shape, const P
   return off;
 }
 
-/// Cheapest of `candidates` (one placement list per input, the same list for every input
-/// listed in `inputs`; other inputs keep `fixed`): total redistribution cost of those inputs.
+/// The cheapest of `candidates` when every input listed in `inputs` is brought to it (total
+/// redistribution cost of those inputs; the first wins ties). Candidates must hold no Partial.
 inline const Placements& cheapest(const OpSchema& s, const std::vector<Placements>& candidates,
                                   std::initializer_list<size_t> inputs) {
   const Placements* best = nullptr;

@@ -69,3 +69,38 @@ TEST_CASE("head-sharded sdpa needs no communication", "[rules][attention][comm]"
   CHECK(placements(o)[0] == Shard(1));
   CHECK(max_abs_diff(full_tensor(o), scaled_dot_product_attention(q, k, v, true)) < kDistTol);
 }
+
+TEST_CASE("tensor-parallel attention block (colwise qkv, rope, sdpa, rowwise out)", "[rules][attention][tp]") {
+  manual_seed(64);
+  const int64_t B = 2, T = 5, H = 4, Hkv = 2, D = 2, E = H * D;
+  auto [c, s] = rope_tables(T, D, 10000.0, 0, DType::f64);
+  Tensor x = rnd({B, T, E}), wq = rnd({E, E}), wk = rnd({Hkv * D, E}), wv = rnd({Hkv * D, E}), wo = rnd({E, E});
+  const Fn block = [=](const std::vector<Tensor>& a) {
+    auto heads = [&](const Tensor& y, int64_t h) { return transpose(reshape(y, {B, T, h, D}), 1, 2); };
+    Tensor q = rotary_embedding(heads(linear(a[0], a[1]), H), a[5], a[6]);
+    Tensor k = rotary_embedding(heads(linear(a[0], a[2]), Hkv), a[5], a[6]);
+    Tensor v = heads(linear(a[0], a[3]), Hkv);
+    Tensor o = scaled_dot_product_attention(q, k, v, true);
+    return linear(reshape(transpose(o, 1, 2), {B, T, E}), a[4]);
+  };
+  for (const DeviceMesh& mesh : test_meshes()) {
+    const int tp_dim = mesh.ndim() - 1;
+    if (Hkv % mesh.size(tp_dim) != 0) continue;  // GQA heads must divide (tested above)
+    Placements R(mesh.ndim(), Replicate()), col = R, row = R, seq = R;
+    col[tp_dim] = Shard(0);
+    row[tp_dim] = Shard(1);
+    seq[tp_dim] = Shard(1);
+    for (const Placements& px : {R, seq}) {
+      const std::string r = compare_with_single(block, {x, wq, wk, wv, wo, c, s}, mesh, {px, col, col, col, row, R, R});
+      INFO(r);
+      CHECK(r.empty());
+    }
+    // Replicated input: heads stay sharded end to end, the output is Partial, no communication.
+    std::vector<Tensor> in{make_input(x, mesh, R),  make_input(wq, mesh, col), make_input(wk, mesh, col),
+                           make_input(wv, mesh, col), make_input(wo, mesh, row), c, s};
+    CommDebugMode m;
+    Tensor out = block(in);
+    CHECK(m.total() == 0);
+    if (mesh.size(tp_dim) > 1) CHECK(placements(out)[tp_dim].is_partial());
+  }
+}
