@@ -77,3 +77,27 @@ TEST_CASE("loss parallel in f32 and bf16 matches the single-process kernel", "[r
     }
   }
 }
+
+TEST_CASE("colwise lm_head into loss parallel: no all_gather of logits, equal to single process",
+          "[rules][loss][tp]") {
+  manual_seed(84);
+  const int64_t B = 2, T = 3, E = 4, V = 7;
+  Tensor h = rnd({B, T, E}), w = rnd({V, E});
+  Tensor t = from_vector<int64_t>({1, 6, -100, 0, 3, 5}, {B * T});
+  const Fn f = [=](const std::vector<Tensor>& a) {
+    return cross_entropy(reshape(linear(a[0], a[1]), {B * T, V}), a[2], -100);
+  };
+  for (const DeviceMesh& mesh : test_meshes()) {
+    Placements R(mesh.ndim(), Replicate()), col = R;
+    col.back() = Shard(0);
+    const std::string r = compare_with_single(f, {h, w, t}, mesh, {R, col, R});
+    INFO(r);
+    CHECK(r.empty());
+    Tensor dh = make_input(h, mesh, R).set_requires_grad(true), dw = make_input(w, mesh, col).set_requires_grad(true);
+    CommDebugMode m;
+    Tensor loss = f({dh, dw, t});
+    loss.backward();
+    CHECK(m.count(CommKind::all_gather) == 0);
+    CHECK(placements(dw.grad()) == col);
+  }
+}
