@@ -192,6 +192,10 @@ Tensor redistribute_local(const Tensor& local_in, const DTensorSpec& from, const
     ProcessGroup& g = *from.mesh.group(i);
     const Placement& a = st.from;
     const Placement& b = st.to;
+    if (g.size() == 1) {  // a size-1 mesh dim: every transition is the identity
+      cur[i] = b;
+      continue;
+    }
     if (a.is_shard() && b.is_replicate()) {
       local = all_gather_dim(local, g, a.dim, level_size(from, cur, i, a.dim));
     } else if (a.is_shard() && b.is_shard()) {

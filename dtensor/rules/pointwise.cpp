@@ -3,7 +3,8 @@
 // The output follows one input's sharding (each input is tried; the cheapest wins); other
 // inputs are mapped through broadcasting. Partial survives only ops linear in it: to_dtype,
 // clone, neg, mul/div by a scalar, add/sub of operands that are all Partial, mul by a
-// replicated factor, div of a Partial numerator, maximum with Partial(max).
+// replicated factor, div of a Partial numerator, maximum with Partial(max). Adding a replicated
+// operand to a Partial one scales the replicated operand by 1/n locally (R -> P), no reduction.
 // A scalar added to a Partial tensor forces a reduction first, so it is added once.
 // Source: PyTorch torch.distributed.tensor._ops._pointwise_ops.
 #include "dtensor/rules/common.h"
@@ -29,9 +30,11 @@ Strategy follow(const OpSchema& s, size_t k, const Shape& out, Linearity lin) {
       switch (lin) {
         case Linearity::Unary: keep = sum_like; break;
         case Linearity::Additive: {
+          // Every operand Partial alike, or Replicate (turned into Partial by the local
+          // R -> P scale, so e.g. a bias is added once overall: PyTorch's rule).
           keep = sum_like;
           for (size_t j = 0; j < s.specs.size(); ++j)
-            if (s.specs[j] && s.specs[j]->placements[i] != p) keep = false;
+            if (s.specs[j] && s.specs[j]->placements[i] != p && !s.specs[j]->placements[i].is_replicate()) keep = false;
           break;
         }
         case Linearity::Multiplicative: keep = p.reduce == ReduceOp::SUM; break;
