@@ -110,6 +110,17 @@ ShardingDecision rule_inplace(const OpSchema& s) {
   return d;
 }
 
+/// full_like: the local kernel fills the input's local shape; placements kept, Partial -> R.
+ShardingDecision rule_full_like(const OpSchema& s) {
+  const DTensorSpec& x = s.spec(0);
+  ShardingDecision d;
+  d.input_placements = {x.placements};
+  d.output_placements = {without_partial(x.placements)};
+  d.output_shapes = {x.shape};
+  return d;
+}
+
+DTR_REGISTER_SHARDING_RULE("full_like", rule_full_like);
 DTR_REGISTER_SHARDING_RULE("to_dtype", rule_unary_linear);
 DTR_REGISTER_SHARDING_RULE("clone", rule_unary_linear);
 DTR_REGISTER_SHARDING_RULE("to_device", rule_unary_linear);

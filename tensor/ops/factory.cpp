@@ -48,10 +48,24 @@ Tensor arange(double start, double end, double step, TensorOptions opt) {
   return finish(t.to(opt.dtype), opt);
 }
 
-Tensor zeros_like(const Tensor& t) { return zeros(t.sizes(), TensorOptions(t.dtype()).with_device(t.device())); }
-Tensor ones_like(const Tensor& t) { return ones(t.sizes(), TensorOptions(t.dtype()).with_device(t.device())); }
-Tensor empty_like(const Tensor& t) { return empty(t.sizes(), TensorOptions(t.dtype()).with_device(t.device())); }
-Tensor full_like(const Tensor& t, double v) { return full(t.sizes(), v, TensorOptions(t.dtype()).with_device(t.device())); }
+namespace {
+/// full_like kernel: a constant tensor of the input's (local) shape, dtype and device.
+std::vector<Tensor> k_full_like(const OpCall& c) {
+  const Tensor& x = c.inputs[0];
+  return {full(x.sizes(), c.f(0), TensorOptions(x.dtype()).with_device(x.device()))};
+}
+DTR_REGISTER_KERNEL_EXACT("full_like", DeviceType::CPU, k_full_like);
+}  // namespace
+
+Tensor full_like(const Tensor& t, double v) {
+  // Dispatched, so a distributed input gets a distributed result with its placements
+  // (Partial -> Replicate: a constant is not a pending sum).
+  static const OpDef* op = op_def("full_like");
+  return dispatch1(OpCall{op, {t.detach()}, {v}});
+}
+Tensor zeros_like(const Tensor& t) { return full_like(t, 0.0); }
+Tensor ones_like(const Tensor& t) { return full_like(t, 1.0); }
+Tensor empty_like(const Tensor& t) { return full_like(t, 0.0); }
 
 Tensor rand(const Shape& shape, TensorOptions opt) { return uniform(shape, 0.0, 1.0, opt); }
 Tensor randn(const Shape& shape, TensorOptions opt) { return normal(shape, 0.0, 1.0, opt); }

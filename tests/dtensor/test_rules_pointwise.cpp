@@ -91,3 +91,17 @@ TEST_CASE("operands on different meshes raise", "[rules][errors]") {
   Tensor b = distribute_tensor(rnd({4}), m2, {Shard(0), Replicate()});
   CHECK_THROWS_WITH(add(a, b), Catch::Contains("different meshes"));
 }
+
+TEST_CASE("backward from a distributed loss mixing plain tensors", "[rules][grad]") {
+  for (const DeviceMesh& mesh : test_meshes()) {
+    Tensor full = rnd({4, 3});
+    Tensor w = rnd({4, 3});
+    Tensor x = distribute_tensor(full, mesh, Placements(mesh.ndim(), Shard(0)));
+    x.set_requires_grad(true);
+    Tensor y = redistribute(mul(x, 2.0), replicate_all(mesh.ndim()));
+    Tensor loss = sum(mul(y, w));  // w is plain: treated as replicated
+    loss.backward();
+    CHECK(max_abs_diff(full_tensor(x.grad()), mul(w, 2.0)) < kDistTol);
+    CHECK(ones_like(loss).is_distributed());
+  }
+}
