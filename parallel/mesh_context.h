@@ -1,0 +1,61 @@
+#pragma once
+// MeshContext: the device mesh and parallelism settings of a training job, built from a
+// recipe's `distributed:` section with NeMo Automodel's key names. Mesh dims are ordered
+// (pp, dp_replicate, dp_shard, cp, tp), tp fastest; flattened dims "dp" (= dp_replicate x
+// dp_shard) and "dp_shard_cp" (= dp_shard x cp) are registered too.
+// dp_size = world / (tp * cp * pp) when not given. Source: NeMo Automodel MeshContext /
+// FSDP2Manager semantics (see ../shared/reference/nemo-automodel-semantics.md).
+#include <memory>
+#include <optional>
+#include <string>
+
+#include "parallel/fsdp/mixed_precision.h"
+#include "runtime/device_mesh.h"
+
+namespace YAML {
+class Node;
+}
+
+namespace dtr {
+
+struct MeshContext {
+  std::string strategy = "fsdp2";  // fsdp2 | ddp
+  int64_t world_size = 1;
+  int64_t dp_size = 1, dp_replicate_size = 1, dp_shard_size = 1;
+  int64_t tp_size = 1, cp_size = 1, pp_size = 1, ep_size = 1;
+  bool sequence_parallel = false;
+  std::string activation_checkpointing = "none";  // none | full | selective
+  std::string activation_checkpointing_scope = "all";
+  MixedPrecisionPolicy mp_policy;
+  bool offload = false;
+  std::optional<bool> reshard_after_forward;
+  bool enable_fsdp2_prefetch = true;
+  int fsdp2_forward_prefetch_depth = 1;
+  int fsdp2_backward_prefetch_depth = 2;
+  /// The 5-d mesh (pp, dp_replicate, dp_shard, cp, tp); built by build_mesh().
+  std::shared_ptr<DeviceMesh> mesh;
+
+  /// Parses and validates `distributed` (a YAML map; `where` names it in errors, e.g.
+  /// "configs/x.yaml: distributed"). Errors (dtr::Error, one line naming the key and the
+  /// numbers): unknown key, wrong type, sizes < 1, world % (tp*cp*pp) != 0, dp*tp*cp*pp !=
+  /// world, dp % dp_replicate != 0, pp/cp/ep > 1 (not built yet), unknown strategy, ddp with
+  /// tp > 1 or dp_replicate > 1. Does not create process groups.
+  static MeshContext from_yaml(const YAML::Node& distributed, int64_t world_size, const std::string& where);
+  /// The same validation for a context filled in code.
+  void validate(const std::string& where) const;
+  /// Creates the mesh and its flattened dims (collective: every rank calls it).
+  void build_mesh();
+
+  /// 1-d TP mesh (size tp_size).
+  DeviceMesh tp_mesh() const;
+  /// The data-parallel mesh FSDP shards over: 1-d "dp_shard_cp" ... here "dp" flattened, or
+  /// 2-d (dp_replicate, dp_shard) for HSDP.
+  DeviceMesh fsdp_mesh() const;
+  /// 1-d flattened dp mesh (all data-parallel ranks).
+  DeviceMesh dp_mesh() const;
+  /// This rank's index among the data-parallel ranks, and their number.
+  int64_t dp_rank() const;
+  std::string str() const;
+};
+
+}  // namespace dtr

@@ -1,0 +1,123 @@
+#include "parallel/model_parallelizer.h"
+
+#include <map>
+
+#include "parallel/activation_checkpoint.h"
+#include "parallel/ddp.h"
+#include "parallel/fsdp/fully_shard.h"
+#include "tensor/dispatch.h"
+#include "tensor/nn/module_list.h"
+
+namespace dtr {
+namespace {
+std::map<std::string, ParallelizerFactory>& registry() {
+  static std::map<std::string, ParallelizerFactory> r;
+  return r;
+}
+
+bool is_unsharded(const MeshContext& ctx) { return ctx.world_size == 1 || (ctx.dp_size == 1 && ctx.tp_size == 1); }
+}  // namespace
+
+ParallelizePlan ModelParallelizer::tp_plan(nn::Module& model, const MeshContext& ctx) {
+  DTR_ERROR("parallelize_model: no tensor-parallel plan for model type ", model.type_name(),
+            " (distributed.tp_size=", ctx.tp_size, "); register a ModelParallelizer for it");
+}
+
+std::vector<std::pair<std::string, std::shared_ptr<nn::Module>>> ModelParallelizer::layers(nn::Module& model) {
+  std::string best_fqn;
+  std::shared_ptr<nn::Module> best;
+  size_t best_n = 0;
+  for (auto& [fqn, m] : model.named_modules()) {
+    if (m->type_name() != "ModuleList") continue;
+    const size_t n = m->children().size();
+    if (n > best_n) {
+      best_n = n;
+      best = m;
+      best_fqn = fqn;
+    }
+  }
+  std::vector<std::pair<std::string, std::shared_ptr<nn::Module>>> out;
+  if (!best) return out;
+  for (auto& [name, child] : best->named_children()) out.push_back({best_fqn + "." + name, child});
+  return out;
+}
+
+void register_model_parallelizer(const std::string& model_type, ParallelizerFactory f) {
+  registry()[model_type] = std::move(f);
+}
+
+std::shared_ptr<ModelParallelizer> parallelizer_for(const nn::Module& model) {
+  auto it = registry().find(model.type_name());
+  if (it != registry().end()) return it->second();
+  return std::make_shared<ModelParallelizer>();
+}
+
+void parallelize_model(nn::Module& model, const MeshContext& ctx) {
+  DTR_CHECK(ctx.mesh != nullptr, "parallelize_model: MeshContext::build_mesh() was not called");
+  auto p = parallelizer_for(model);
+  auto layer_list = p->layers(model);
+  auto apply_ac = [&] {
+    if (ctx.activation_checkpointing == "none") return;
+    DTR_CHECK(ctx.activation_checkpointing == "full", "distributed.activation_checkpointing=",
+              ctx.activation_checkpointing, ": only full (whole decoder layers) is built");
+    for (auto& [fqn, layer] : layer_list) checkpoint_module(*layer);
+  };
+  if (ctx.strategy == "ddp") {
+    apply_ac();
+    if (ctx.dp_size > 1) replicate(model, ctx.dp_mesh());
+    return;
+  }
+  if (is_unsharded(ctx)) {
+    apply_ac();
+    return;
+  }
+  // fsdp2
+  if (ctx.tp_size > 1) {
+    p->validate_tp_mesh(model, ctx.tp_size);
+    ParallelizePlan plan = p->tp_plan(model, ctx);
+    translate_to_lora(plan);
+    parallelize_module(model, ctx.tp_mesh(), plan);
+    p->after_tp(model, ctx);
+  }
+  apply_ac();
+  if (ctx.dp_size == 1) return;
+  DTR_CHECK(ctx.tp_size == 1, "parallelize_model: FSDP over dp_size=", ctx.dp_size, " combined with tp_size=",
+            ctx.tp_size, " (2-d FSDP + TP) is not built yet; use dp_size=1 or tp_size=1");
+  FSDPOptions opt;
+  opt.mp_policy = ctx.mp_policy;
+  opt.offload_policy.enabled = ctx.offload;
+  opt.forward_prefetch_depth = ctx.enable_fsdp2_prefetch ? ctx.fsdp2_forward_prefetch_depth : 0;
+  opt.backward_prefetch_depth = ctx.enable_fsdp2_prefetch ? ctx.fsdp2_backward_prefetch_depth : 0;
+  const DeviceMesh mesh = ctx.fsdp_mesh();
+  for (size_t i = 0; i < layer_list.size(); ++i) {
+    FSDPOptions o = opt;
+    o.reshard_after_forward = ctx.reshard_after_forward.value_or(i + 1 != layer_list.size());
+    fully_shard(*layer_list[i].second, mesh, o);
+  }
+  for (auto& [fqn, m] : p->extra_units(model)) {
+    FSDPOptions o = opt;
+    o.reshard_after_forward = ctx.reshard_after_forward.value_or(false);
+    fully_shard(*m, mesh, o);
+  }
+  FSDPOptions root = opt;
+  root.reshard_after_forward = false;
+  fully_shard(model, mesh, root);
+}
+
+void finish_model_backward(nn::Module& model, const MeshContext& ctx) {
+  if (ctx.strategy == "ddp") {
+    if (ctx.dp_size > 1) replicate_finish_backward(model);
+    return;
+  }
+  if (is_fully_sharded(model)) finish_backward(model);
+}
+
+void set_model_gradient_sync(nn::Module& model, const MeshContext& ctx, bool sync) {
+  if (ctx.strategy == "ddp") {
+    if (ctx.dp_size > 1) replicate_set_requires_gradient_sync(model, sync);
+    return;
+  }
+  if (is_fully_sharded(model)) set_requires_gradient_sync(model, sync);
+}
+
+}  // namespace dtr

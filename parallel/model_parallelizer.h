@@ -1,0 +1,63 @@
+#pragma once
+// ModelParallelizer: the per-model sidecar that says how a model is parallelized (its TP plan,
+// how layers group into FSDP / activation-checkpoint units, TP mesh validation), a registry so
+// that a model type owns its parallelizer, and parallelize_model, which dispatches on the
+// strategy. Source: NeMo Automodel model_parallelizer.py / parallelizer.py (order of steps).
+#include <functional>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "parallel/mesh_context.h"
+#include "parallel/tensor_parallel/style.h"
+#include "tensor/dispatch.h"
+#include "tensor/nn/module.h"
+
+namespace dtr {
+
+/// Default behaviour for any model; models override what they know better.
+class ModelParallelizer {
+ public:
+  virtual ~ModelParallelizer() = default;
+  /// The TP plan (module FQN patterns -> styles). Default: error (no plan for this model).
+  virtual ParallelizePlan tp_plan(nn::Module& model, const MeshContext& ctx);
+  /// Checks that the model can be split tp ways (e.g. heads % tp). Default: no check.
+  virtual void validate_tp_mesh(nn::Module& model, int64_t tp_size) {}
+  /// After TP: re-tie weights, rewrite local head counts. Default: nothing.
+  virtual void after_tp(nn::Module& model, const MeshContext& ctx) {}
+  /// The repeated layers (FSDP units and activation-checkpoint units), with FQNs. Default: the
+  /// children of the largest ModuleList in the tree.
+  virtual std::vector<std::pair<std::string, std::shared_ptr<nn::Module>>> layers(nn::Module& model);
+  /// Modules (FQN) that get their own FSDP unit besides the layers: trainable, untied input /
+  /// output embeddings, so one reduce-scatter buffer never holds both tables. Default: none.
+  virtual std::vector<std::pair<std::string, std::shared_ptr<nn::Module>>> extra_units(nn::Module& model) { return {}; }
+};
+
+using ParallelizerFactory = std::function<std::shared_ptr<ModelParallelizer>()>;
+/// Registers the parallelizer of models whose root module has type_name() == `model_type`.
+void register_model_parallelizer(const std::string& model_type, ParallelizerFactory f);
+/// The registered parallelizer for `model`, or the default one.
+std::shared_ptr<ModelParallelizer> parallelizer_for(const nn::Module& model);
+
+/// Parallelizes `model` in place on ctx.mesh (build_mesh() must have run):
+///  - world (or mesh) size 1: activation checkpointing only (unsharded);
+///  - fsdp2: TP (plan translated to LoRA styles) -> activation checkpointing -> fully_shard per
+///    layer (reshard_after_forward true except the last layer, unless set explicitly) ->
+///    extra units (untied trainable embeddings) -> root (not resharded);
+///  - ddp: activation checkpointing, then replicate on the dp mesh.
+/// Errors: FSDP combined with TP (dp > 1 and tp > 1) until 2-d FSDP + TP is built; whatever
+/// validate_tp_mesh / tp_plan raise.
+void parallelize_model(nn::Module& model, const MeshContext& ctx);
+
+/// Calls the backward completion hooks of the strategy applied by parallelize_model (FSDP's
+/// finish_backward / DDP's wait); a no-op for the unsharded strategy.
+void finish_model_backward(nn::Module& model, const MeshContext& ctx);
+/// Gradient accumulation: with false, the next backward keeps gradients local (no reduction).
+void set_model_gradient_sync(nn::Module& model, const MeshContext& ctx, bool sync);
+
+#define DTR_REGISTER_MODEL_PARALLELIZER(type, cls) \
+  static const bool DTR_CONCAT(dtr_par_reg_, __LINE__) = \
+      (::dtr::register_model_parallelizer(type, [] { return std::make_shared<cls>(); }), true)
+
+}  // namespace dtr
