@@ -1,0 +1,113 @@
+// The debug Llama with LoRA under tensor parallelism (the Llama TP plan, with and without
+// sequence parallelism) equals the single-process model: loss and every LoRA gradient. Also
+// MeshContext parsing / validation and the heads % tp check of the Llama parallelizer.
+#include <catch2/catch.hpp>
+#include <yaml-cpp/yaml.h>
+
+#include "gradcheck.h"
+#include "models/llama/llama.h"
+#include "models/llama/llama_parallelizer.h"
+#include "models/lora/inject.h"
+#include "runtime/env.h"
+#include "tensor/autograd/grad_mode.h"
+#include "tensor/random.h"
+
+using namespace dtr;
+using dtr::testing::max_abs_diff;
+
+namespace {
+
+/// f32 model: distributed and single process differ in summation order only; 2e-5 covers the
+/// f32 rounding of the sums in attention / matmul over the debug model's sizes.
+constexpr double kTolLoss = 2e-5;
+constexpr double kTolGrad = 2e-5;
+
+std::shared_ptr<LlamaForCausalLM> make_model() {
+  manual_seed(123);
+  auto m = std::make_shared<LlamaForCausalLM>(llama_debug_config());
+  LoraConfig lc;
+  lc.options.r = 4;
+  lc.options.alpha = 8;
+  apply_lora(*m, lc);
+  // Non-zero B so that A receives a gradient.
+  NoGradGuard ng;
+  for (auto& [fqn, p] : m->named_parameters())
+    if (fqn.find("lora_B") != std::string::npos) p.copy_(uniform(p.sizes(), -0.05, 0.05));
+  return m;
+}
+
+MeshContext ctx_from(const std::string& yaml, int64_t world) {
+  return MeshContext::from_yaml(YAML::Load(yaml), world, "test.yaml: distributed");
+}
+
+}  // namespace
+
+TEST_CASE("MeshContext derives dp and rejects bad settings with named keys", "[mesh_context]") {
+  MeshContext c = ctx_from("{tp_size: 2}", 8);
+  CHECK(c.dp_size == 4);
+  CHECK(c.strategy == "fsdp2");
+  CHECK_THROWS_WITH(ctx_from("{tp_size: 3}", 4), Catch::Contains("tp_size") && Catch::Contains("not divisible"));
+  CHECK_THROWS_WITH(ctx_from("{dp_size: 3}", 4), Catch::Contains("!= world size 4"));
+  CHECK_THROWS_WITH(ctx_from("{tp_sise: 2}", 4), Catch::Contains("unknown key 'tp_sise'"));
+  CHECK_THROWS_WITH(ctx_from("{pp_size: 2}", 4), Catch::Contains("pp_size=2"));
+  CHECK_THROWS_WITH(ctx_from("{strategy: megatron_fsdp}", 4), Catch::Contains("megatron_fsdp"));
+  CHECK_THROWS_WITH(ctx_from("{dp_replicate_size: 3}", 4), Catch::Contains("dp_replicate_size=3"));
+  CHECK_THROWS_WITH(ctx_from("{tp_size: two}", 4), Catch::Contains("tp_size") && Catch::Contains("integer"));
+  CHECK(ctx_from("{dp_replicate_size: 2, mp_policy: {param_dtype: bf16, reduce_dtype: float32}}", 4).mp_policy.param_dtype ==
+        DType::bf16);
+}
+
+TEST_CASE("Llama parallelizer checks heads against tp", "[llama][tp]") {
+  auto m = make_model();
+  LlamaParallelizer p;
+  p.validate_tp_mesh(*m, 2);
+  CHECK_THROWS_WITH(p.validate_tp_mesh(*m, 3), Catch::Contains("tp_size=3") && Catch::Contains("num_attention_heads=4"));
+  CHECK_THROWS_WITH(p.validate_tp_mesh(*m, 4), Catch::Contains("num_key_value_heads=2"));
+  CHECK(parallelizer_for(*m) != nullptr);
+}
+
+TEST_CASE("Llama + LoRA under the TP plan equals the single process", "[llama][tp]") {
+  const int w = world_size();
+  const int64_t tp = (w % 2 == 0) ? 2 : 1;
+  DeviceMesh mesh({w / tp, tp}, {"dp", "tp"});
+  const DeviceMesh tp_mesh = mesh["tp"];
+  manual_seed(7);
+  const int64_t B = 2, T = 8, V = llama_debug_config().vocab_size;
+  Tensor ids = to_dtype(mul(rand({B, T}), static_cast<double>(V - 1)), DType::i64);
+  for (bool sp : {false, true}) {
+    INFO("sequence_parallel " << sp << " tp " << tp);
+    auto ref = make_model();
+    Tensor loss_ref = ref->forward_loss(ids, ids);
+    loss_ref.backward();
+
+    auto m = make_model();
+    MeshContext ctx;
+    ctx.sequence_parallel = sp;
+    ctx.tp_size = tp;
+    LlamaParallelizer p;
+    ParallelizePlan plan = p.tp_plan(*m, ctx);
+    translate_to_lora(plan);
+    parallelize_module(*m, tp_mesh, plan);
+    Tensor loss = m->forward_loss(ids, ids);
+    Tensor loss_full = loss.is_distributed() ? full_tensor(loss) : loss;
+    CHECK(std::abs(loss_full.item<double>() - loss_ref.item<double>()) < kTolLoss);
+    loss.backward();
+    auto rp = ref->named_parameters(), tpp = m->named_parameters();
+    REQUIRE(rp.size() == tpp.size());
+    int checked = 0;
+    for (size_t i = 0; i < rp.size(); ++i) {
+      INFO(rp[i].first);
+      CHECK(rp[i].second.requires_grad() == tpp[i].second.requires_grad());
+      if (!rp[i].second.grad().defined()) {
+        CHECK_FALSE(tpp[i].second.grad().defined());
+        continue;
+      }
+      REQUIRE(tpp[i].second.grad().defined());
+      Tensor g = tpp[i].second.grad();
+      if (g.is_distributed()) g = full_tensor(g);
+      CHECK(max_abs_diff(g, rp[i].second.grad()) < kTolGrad);
+      ++checked;
+    }
+    CHECK(checked == 2 * 7 * 2);  // 2 layers x 7 projections x (lora_A, lora_B)
+  }
+}
