@@ -2,7 +2,7 @@
 #include "parallel/activation_checkpoint.h"
 
 #include <memory>
-#include <unordered_set>
+#include <unordered_map>
 
 #include "parallel/fsdp/fully_shard.h"
 #include "tensor/autograd/grad_mode.h"
@@ -12,8 +12,10 @@
 namespace dtr {
 namespace {
 
-std::unordered_set<const nn::Module*>& checkpointed() {
-  static std::unordered_set<const nn::Module*> s;
+/// Checkpointed modules -> a token owned by their hooks (expired once the module is gone, so
+/// a new module at a recycled address is not mistaken for a checkpointed one).
+std::unordered_map<const nn::Module*, std::weak_ptr<int>>& checkpointed() {
+  static std::unordered_map<const nn::Module*, std::weak_ptr<int>> s;
   return s;
 }
 
@@ -36,16 +38,25 @@ class GeneratorStateGuard {
 
 }  // namespace
 
-bool is_checkpointed(const nn::Module& module) { return checkpointed().count(&module) != 0; }
+bool is_checkpointed(const nn::Module& module) {
+  auto it = checkpointed().find(&module);
+  if (it == checkpointed().end()) return false;
+  if (it->second.expired()) {
+    checkpointed().erase(it);
+    return false;
+  }
+  return true;
+}
 
 void checkpoint_module(nn::Module& module) {
   DTR_CHECK(!is_checkpointed(module), "checkpoint_module: ", module.type_name(), " is already checkpointed");
   DTR_CHECK(!is_fully_sharded(module), "checkpoint_module: fully_shard was already applied to this ",
             module.type_name(), "; apply activation checkpointing first");
-  checkpointed().insert(&module);
+  auto token = std::make_shared<int>(0);
+  checkpointed()[&module] = token;
   auto calls = std::make_shared<std::vector<CallState>>();
   module.register_forward_pre_hook(
-      [calls](nn::Module&, const std::vector<Tensor>&) -> std::optional<std::vector<Tensor>> {
+      [calls, token](nn::Module&, const std::vector<Tensor>&) -> std::optional<std::vector<Tensor>> {
         calls->push_back({grad_enabled(), generator_state()});
         set_grad_enabled(false);
         return std::nullopt;

@@ -89,22 +89,31 @@ struct DDPState {
   }
 };
 
-std::unordered_map<const nn::Module*, std::shared_ptr<DDPState>>& registry() {
-  static std::unordered_map<const nn::Module*, std::shared_ptr<DDPState>> r;
+/// Module -> its state (owned by the module's hook; weak so a recycled address is not matched).
+std::unordered_map<const nn::Module*, std::weak_ptr<DDPState>>& registry() {
+  static std::unordered_map<const nn::Module*, std::weak_ptr<DDPState>> r;
   return r;
 }
 
-std::shared_ptr<DDPState> state_of(const nn::Module& m, const char* op) {
+std::shared_ptr<DDPState> find_state(const nn::Module& m) {
   auto it = registry().find(&m);
-  DTR_CHECK(it != registry().end(), op, ": replicate was not applied to this ", m.type_name());
-  return it->second;
+  if (it == registry().end()) return nullptr;
+  auto s = it->second.lock();
+  if (!s) registry().erase(it);
+  return s;
+}
+
+std::shared_ptr<DDPState> state_of(const nn::Module& m, const char* op) {
+  auto s = find_state(m);
+  DTR_CHECK(s != nullptr, op, ": replicate was not applied to this ", m.type_name());
+  return s;
 }
 
 }  // namespace
 
 void replicate(nn::Module& module, const DeviceMesh& mesh, const DDPOptions& options) {
   DTR_CHECK(mesh.ndim() == 1, "replicate: expected a 1-d data-parallel mesh, got ", mesh.ndim(), " dims ", mesh.str());
-  DTR_CHECK(!registry().count(&module), "replicate: called twice on the same ", module.type_name(), " module");
+  DTR_CHECK(!find_state(module), "replicate: called twice on the same ", module.type_name(), " module");
   DTR_CHECK(options.bucket_cap_bytes > 0, "replicate: bucket_cap_bytes must be > 0, got ", options.bucket_cap_bytes);
   auto st = std::make_shared<DDPState>();
   st->pg = mesh.group(0);

@@ -4,6 +4,7 @@
 
 #include "parallel/activation_checkpoint.h"
 #include "parallel/ddp.h"
+#include "dtensor/spec.h"
 #include "parallel/fsdp/fully_shard.h"
 #include "tensor/dispatch.h"
 #include "tensor/nn/module_list.h"
@@ -16,6 +17,29 @@ std::map<std::string, ParallelizerFactory>& registry() {
 }
 
 bool is_unsharded(const MeshContext& ctx) { return ctx.world_size == 1 || (ctx.dp_size == 1 && ctx.tp_size == 1); }
+
+/// Models parallelized with TP x data-parallel replication (see parallelize_model), and whether
+/// their next backward synchronises gradients.
+std::map<const nn::Module*, bool>& tp_dp_models() {
+  static std::map<const nn::Module*, bool> m;
+  return m;
+}
+
+/// Averages the (local shards of the) gradients of every trainable parameter over the dp ranks:
+/// all all_reduces are issued first, then waited for.
+void all_reduce_grads_over_dp(nn::Module& model, const MeshContext& ctx) {
+  const std::shared_ptr<ProcessGroup> group = ctx.dp_mesh().group(0);  // a copy: dp_mesh() is a temporary
+  std::vector<WorkPtr> works;
+  std::vector<Tensor> bufs;
+  for (auto& p : model.parameters()) {
+    if (!p.requires_grad() || !p.grad().defined()) continue;
+    Tensor g = p.grad();
+    Tensor local = g.is_distributed() ? local_tensor(g) : g;
+    bufs.push_back(local);
+    works.push_back(group->all_reduce(bufs.back(), ReduceOp::AVG));
+  }
+  for (auto& w : works) w->wait();
+}
 }  // namespace
 
 ParallelizePlan ModelParallelizer::tp_plan(nn::Module& model, const MeshContext& ctx) {
@@ -81,8 +105,12 @@ void parallelize_model(nn::Module& model, const MeshContext& ctx) {
   }
   apply_ac();
   if (ctx.dp_size == 1) return;
-  DTR_CHECK(ctx.tp_size == 1, "parallelize_model: FSDP over dp_size=", ctx.dp_size, " combined with tp_size=",
-            ctx.tp_size, " (2-d FSDP + TP) is not built yet; use dp_size=1 or tp_size=1");
+  if (ctx.tp_size > 1) {
+    // dp x tp: the TP shards are replicated over dp and gradients averaged over dp after
+    // backward (DDP over TP; 2-d FSDP + TP with strided shards is not built yet).
+    tp_dp_models()[&model] = true;
+    return;
+  }
   FSDPOptions opt;
   opt.mp_policy = ctx.mp_policy;
   opt.offload_policy.enabled = ctx.offload;
@@ -105,6 +133,11 @@ void parallelize_model(nn::Module& model, const MeshContext& ctx) {
 }
 
 void finish_model_backward(nn::Module& model, const MeshContext& ctx) {
+  auto it = tp_dp_models().find(&model);
+  if (it != tp_dp_models().end()) {
+    if (it->second) all_reduce_grads_over_dp(model, ctx);
+    return;
+  }
   if (ctx.strategy == "ddp") {
     if (ctx.dp_size > 1) replicate_finish_backward(model);
     return;
@@ -113,6 +146,11 @@ void finish_model_backward(nn::Module& model, const MeshContext& ctx) {
 }
 
 void set_model_gradient_sync(nn::Module& model, const MeshContext& ctx, bool sync) {
+  auto it = tp_dp_models().find(&model);
+  if (it != tp_dp_models().end()) {
+    it->second = sync;
+    return;
+  }
   if (ctx.strategy == "ddp") {
     if (ctx.dp_size > 1) replicate_set_requires_gradient_sync(model, sync);
     return;

@@ -46,12 +46,15 @@ std::shared_ptr<ModelParallelizer> parallelizer_for(const nn::Module& model);
 ///    layer (reshard_after_forward true except the last layer, unless set explicitly) ->
 ///    extra units (untied trainable embeddings) -> root (not resharded);
 ///  - ddp: activation checkpointing, then replicate on the dp mesh.
-/// Errors: FSDP combined with TP (dp > 1 and tp > 1) until 2-d FSDP + TP is built; whatever
-/// validate_tp_mesh / tp_plan raise.
+///  - fsdp2 with dp > 1 and tp > 1: TP, then the TP shards are replicated over dp and the
+///    gradients averaged over dp by finish_model_backward (DDP over TP; 2-d FSDP + TP with
+///    strided shards is not built yet, so parameters are not additionally sharded over dp).
+/// Errors: whatever validate_tp_mesh / tp_plan raise.
 void parallelize_model(nn::Module& model, const MeshContext& ctx);
 
-/// Calls the backward completion hooks of the strategy applied by parallelize_model (FSDP's
-/// finish_backward / DDP's wait); a no-op for the unsharded strategy.
+/// Calls the backward completion of the strategy applied by parallelize_model (FSDP's
+/// finish_backward, DDP's wait, the dp all_reduce of TP x dp); a no-op when unsharded. Call it
+/// after every backward, before clipping and the optimizer step.
 void finish_model_backward(nn::Module& model, const MeshContext& ctx);
 /// Gradient accumulation: with false, the next backward keeps gradients local (no reduction).
 void set_model_gradient_sync(nn::Module& model, const MeshContext& ctx, bool sync);

@@ -1,0 +1,60 @@
+// fully_shard / replicate bad input: clear errors naming what is wrong.
+#include "parallel/ddp.h"
+#include "parallel_test_util.h"
+
+using namespace dtr;
+using namespace dtr::testing;
+
+TEST_CASE("fully_shard: bad input") {
+  DeviceMesh mesh = DeviceMesh::world("dp");
+  SECTION("called twice on one module") {
+    auto net = make_net();
+    fully_shard(*net->layers->children()[0], mesh);
+    CHECK_THROWS_WITH(fully_shard(*net->layers->children()[0], mesh), Catch::Contains("called twice"));
+  }
+  SECTION("a parameter shared between units names both FQNs") {
+    auto net = make_net();
+    // Tie the head to the embedding table's shape-compatible twin: head.weight [11, 5] = emb.weight.
+    net->set_parameter("head.weight", net->emb->weight());
+    fully_shard(*net->emb, mesh);
+    CHECK_THROWS_WITH(fully_shard(*net, mesh),
+                      Catch::Contains("head.weight") && Catch::Contains("\"weight\"") && Catch::Contains("tied"));
+  }
+  SECTION("tied weights inside one unit are fine") {
+    auto net = make_net();
+    net->set_parameter("head.weight", net->emb->weight());
+    fully_shard(*net, mesh);
+    CHECK(net->get_parameter("head.weight").is_same(net->get_parameter("emb.weight")));
+  }
+  SECTION("unsupported dtype in the mixed precision policy") {
+    auto net = make_net();
+    FSDPOptions opt;
+    opt.mp_policy.param_dtype = DType::i64;
+    CHECK_THROWS_WITH(fully_shard(*net, mesh, opt), Catch::Contains("param_dtype") && Catch::Contains("int64"));
+    opt.mp_policy.param_dtype = DType::bf16;
+    opt.mp_policy.reduce_dtype = DType::i32;
+    CHECK_THROWS_WITH(fully_shard(*net, mesh, opt), Catch::Contains("reduce_dtype"));
+  }
+  SECTION("mesh dims that do not match") {
+    auto net = make_net();
+    DeviceMesh m3({1, 1, world_size()}, {"a", "b", "c"});
+    CHECK_THROWS_WITH(fully_shard(*net, m3), Catch::Contains("1-d") && Catch::Contains("3 dims"));
+    CHECK_THROWS_WITH(replicate(*net, m3), Catch::Contains("1-d"));
+  }
+  SECTION("parameters of one unit with different dtypes") {
+    auto net = make_net();
+    net->set_parameter("norm.weight", ones({kDim}, TensorOptions(DType::f64)).set_requires_grad(true));
+    CHECK_THROWS_WITH(fully_shard(*net, mesh), Catch::Contains("share a dtype") && Catch::Contains("norm.weight"));
+  }
+  SECTION("negative prefetch depth") {
+    auto net = make_net();
+    FSDPOptions opt;
+    opt.forward_prefetch_depth = -1;
+    CHECK_THROWS_WITH(fully_shard(*net, mesh, opt), Catch::Contains("prefetch"));
+  }
+  SECTION("activation checkpointing after fully_shard") {
+    auto net = make_net();
+    fully_shard(*net->layers->children()[0], mesh);
+    CHECK_THROWS_WITH(checkpoint_module(*net->layers->children()[0]), Catch::Contains("checkpointing first"));
+  }
+}
