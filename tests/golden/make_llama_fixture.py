@@ -99,6 +99,9 @@ def make_debug(out):
     model = LlamaForCausalLM(debug_config()).float().eval()
     model.config.name_or_path = "dtr-llama-debug"
     model.save_pretrained(DEBUG_DIR, safe_serialization=True)
+    gen = os.path.join(DEBUG_DIR, "generation_config.json")  # not needed by dtr
+    if os.path.exists(gen):
+        os.remove(gen)
     ids, labels = debug_batch()
     res = model(input_ids=ids, labels=labels)
     res.loss.backward()

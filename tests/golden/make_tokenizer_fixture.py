@@ -36,6 +36,9 @@ STRINGS = [
     ("leading_spaces", "   leading and trailing   "),
     ("specials_inline", "text <|im_start|>user\nhi<|im_end|> more <|endoftext|>"),
     ("mixed", "The naïve café served 3 crêpes 🥞 at 12:30 — «très bien»!"),
+    ("unicode_spaces", "a\u0085b x\u00a0y p\u2028q full\u3000width v\u000bw \u200bzero a\u1680b"),
+    ("unicode_digits", "\u0663\u0664 arabic digits \u0665, \u216b roman \u00bd \u00b2"),
+    ("combining", "e\u0301 \u01c5 titlecase a'S b'LL x\r\n\r\ny"),
     ("empty", ""),
 ]
 
