@@ -111,3 +111,32 @@ TEST_CASE("Llama + LoRA under the TP plan equals the single process", "[llama][t
     CHECK(checked == 2 * 7 * 2);  // 2 layers x 7 projections x (lora_A, lora_B)
   }
 }
+
+TEST_CASE("parallelize_model: Llama + LoRA on dp x tp equals the single process", "[llama][tp][dp]") {
+  const int w = world_size();
+  const int64_t tp = (w % 2 == 0) ? 2 : 1;
+  MeshContext ctx = ctx_from("{tp_size: " + std::to_string(tp) + "}", w);
+  ctx.build_mesh();
+  const int64_t dp = ctx.dp_size, per = 2, B = per * dp, T = 8, V = llama_debug_config().vocab_size;
+  manual_seed(11);
+  Tensor ids = to_dtype(mul(rand({B, T}), static_cast<double>(V - 1)), DType::i64);
+  auto ref = make_model();
+  ref->forward_loss(ids, ids).backward();
+
+  auto m = make_model();
+  parallelize_model(*m, ctx);
+  Tensor mine = narrow(ids, 0, ctx.dp_rank() * per, per).contiguous();
+  Tensor loss = m->forward_loss(mine, mine);  // token mean of this rank's equal-size slice
+  loss.backward();
+  finish_model_backward(*m, ctx);  // averages gradients over dp
+  auto rp = ref->named_parameters(), mp = m->named_parameters();
+  REQUIRE(rp.size() == mp.size());
+  for (size_t i = 0; i < rp.size(); ++i) {
+    if (!rp[i].second.grad().defined()) continue;
+    INFO(rp[i].first);
+    REQUIRE(mp[i].second.grad().defined());
+    Tensor g = mp[i].second.grad();
+    if (g.is_distributed()) g = full_tensor(g);
+    CHECK(max_abs_diff(g, rp[i].second.grad()) < kTolGrad);
+  }
+}
