@@ -47,6 +47,7 @@ class KeyWriter {
 
 std::string make_key(const OpCall& call, const std::vector<const DTensorSpec*>& specs) {
   KeyWriter k;
+  k.str().reserve(256);
   k.pod(call.op);
   for (const DTensorSpec* s : specs) {
     k.pod(s != nullptr);
@@ -143,7 +144,7 @@ class DTensorDispatcher final : public DistributedDispatcher {
     for (size_t i = 0; i < outs.size(); ++i) {
       if (!outs[i].defined()) continue;
       DTensorSpec s{mesh, d->output_placements[i], d->output_shapes.at(i), outs[i].dtype()};
-      wrapped[i] = make_dtensor(outs[i], s);
+      wrapped[i] = make_dtensor(outs[i], s, /*check=*/false);
     }
     return wrapped;
   }

@@ -38,8 +38,9 @@ struct DTensorState final : DistributedSpec {
 };
 
 /// Wraps a local shard as a distributed tensor with `spec` (no communication, no autograd).
-/// Errors: local shape differs from the spec's local shape for this rank.
-Tensor make_dtensor(const Tensor& local, const DTensorSpec& spec);
+/// Errors: local shape differs from the spec's local shape for this rank (checked unless
+/// `check` is false: the dispatcher's hot path, whose rules compute the local shape).
+Tensor make_dtensor(const Tensor& local, const DTensorSpec& spec, bool check = true);
 /// The spec of a distributed tensor; throws naming `op` for a plain tensor.
 const DTensorSpec& dtensor_spec(const Tensor& t, const char* op = "dtensor_spec");
 /// The local shard of a distributed tensor (no autograd); throws for a plain tensor.
