@@ -32,9 +32,11 @@ T row_lse(const T* x, int64_t C) {
   T m = -std::numeric_limits<T>::infinity();
   for (int64_t j = 0; j < C; ++j) m = std::max(m, x[j]);
   if (m == -std::numeric_limits<T>::infinity()) return m;
-  T s = 0;
-  for (int64_t j = 0; j < C; ++j) s += std::exp(x[j] - m);
-  return m + std::log(s);
+  // Sum in double: with f32 and a large vocabulary (49152) the many tiny terms fall below
+  // half an ulp of the running sum and are lost, biasing the loss low by ~1e-4.
+  double s = 0;
+  for (int64_t j = 0; j < C; ++j) s += static_cast<double>(std::exp(x[j] - m));
+  return m + static_cast<T>(std::log(s));
 }
 
 std::vector<Tensor> k_cross_entropy(const OpCall& c) {

@@ -45,13 +45,14 @@ std::vector<Tensor> k_softmax(const OpCall& c) {
       T m = -std::numeric_limits<T>::infinity();
       for (int64_t j = 0; j < n; ++j) m = std::max(m, xi[j * inner]);
       if (m == -std::numeric_limits<T>::infinity()) m = 0;  // all -inf: keep exp(-inf - 0) = 0
-      T s = 0;
-      for (int64_t j = 0; j < n; ++j) s += std::exp(xi[j * inner] - m);
+      // Sum in double: long f32 rows (vocabularies) otherwise lose their many tiny terms.
+      double s = 0;
+      for (int64_t j = 0; j < n; ++j) s += static_cast<double>(std::exp(xi[j * inner] - m));
       if constexpr (kLog) {
-        const T lse = m + std::log(s);
+        const T lse = m + static_cast<T>(std::log(s));
         for (int64_t j = 0; j < n; ++j) oi[j * inner] = xi[j * inner] - lse;
       } else {
-        const T inv = T(1) / s;
+        const T inv = static_cast<T>(1.0 / s);
         for (int64_t j = 0; j < n; ++j) oi[j * inner] = std::exp(xi[j * inner] - m) * inv;
       }
     }
@@ -80,12 +81,12 @@ std::vector<Tensor> k_softmax_backward(const OpCall& c) {
       const T* gi = pg + base;
       const T* yi = py + base;
       T* oi = po + base;
-      T s = 0;
+      double s = 0;  // double sum, as in the forward
       if constexpr (kLog) {
-        for (int64_t j = 0; j < n; ++j) s += gi[j * inner];
+        for (int64_t j = 0; j < n; ++j) s += static_cast<double>(gi[j * inner]);
         for (int64_t j = 0; j < n; ++j) oi[j * inner] = gi[j * inner] - std::exp(yi[j * inner]) * s;
       } else {
-        for (int64_t j = 0; j < n; ++j) s += gi[j * inner] * yi[j * inner];
+        for (int64_t j = 0; j < n; ++j) s += static_cast<double>(gi[j * inner] * yi[j * inner]);
         for (int64_t j = 0; j < n; ++j) oi[j * inner] = yi[j * inner] * (gi[j * inner] - s);
       }
     }
