@@ -1,9 +1,12 @@
 // FSDPParamGroup (see fsdp_param_group.h).
 #include "parallel/fsdp/fsdp_param_group.h"
 
+#include <atomic>
+#include <chrono>
 #include <cstring>
 
 #include "dtensor/api.h"
+#include "parallel/fsdp/fully_shard.h"
 #include "tensor/autograd/grad_mode.h"
 #include "tensor/ops.h"
 
@@ -12,7 +15,19 @@ namespace {
 
 char* bytes_of(const Tensor& t) { return static_cast<char*>(t.data_ptr()); }
 
+std::atomic<int64_t> g_wait_ns{0};
+
+/// Waits for `w`, adding the blocked time to the exposed-communication counter.
+void timed_wait(const WorkPtr& w) {
+  const auto t0 = std::chrono::steady_clock::now();
+  w->wait();
+  g_wait_ns.fetch_add(std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - t0).count());
+}
+
 }  // namespace
+
+double fsdp_exposed_comm_seconds() { return static_cast<double>(g_wait_ns.load()) * 1e-9; }
+void reset_fsdp_exposed_comm_seconds() { g_wait_ns.store(0); }
 
 int64_t FSDPParam::rows_of(int64_t r) const {
   const int64_t start = r * chunk_rows;
@@ -118,7 +133,7 @@ void FSDPParamGroup::wait_unshard() {
     return;
   }
   if (!gather_work_) unshard_async();
-  gather_work_->wait();
+  timed_wait(gather_work_);
   gather_work_.reset();
   // Copy-out: rank r's segment holds rows [r * chunk_rows, ...) of every parameter. Raw copies
   // into the persistent storage, so the parameter's version counter does not move (autograd
@@ -144,7 +159,7 @@ void FSDPParamGroup::wait_unshard() {
 
 void FSDPParamGroup::drop_gather() {
   if (!gather_work_) return;
-  gather_work_->wait();
+  timed_wait(gather_work_);
   gather_work_.reset();
   gather_in_ = Tensor();
   gather_out_ = Tensor();
@@ -187,7 +202,7 @@ void FSDPParamGroup::reduce_grads_async() {
 
 void FSDPParamGroup::finish_reduce_scatter() {
   if (!rs_work_) return;
-  rs_work_->wait();
+  timed_wait(rs_work_);
   rs_work_.reset();
   rs_in_ = Tensor();
   if (replicate_pg_) ar_work_ = replicate_pg_->all_reduce(rs_out_, ReduceOp::SUM);
@@ -196,7 +211,7 @@ void FSDPParamGroup::finish_reduce_scatter() {
 void FSDPParamGroup::finish_reduce_apply() {
   if (rs_work_) finish_reduce_scatter();
   if (ar_work_) {
-    ar_work_->wait();
+    timed_wait(ar_work_);
     ar_work_.reset();
   }
   if (!rs_out_.defined()) return;

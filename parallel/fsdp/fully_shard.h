@@ -59,6 +59,12 @@ void finish_backward(nn::Module& module);
 /// The param group of a unit (tests and benchmarks read its layout); null when not sharded.
 FSDPParamGroup* fsdp_param_group(const nn::Module& module);
 
+/// Seconds this process spent blocked in waits on FSDP collectives (all-gather waits in the
+/// pre-forward / pre-backward, reduction waits at the end of backward) since the last reset:
+/// the exposed (non-overlapped) communication time that benchmarks report.
+double fsdp_exposed_comm_seconds();
+void reset_fsdp_exposed_comm_seconds();
+
 /// Registers the optimizer's local-tensor converter for DTensors (DTensor -> local shard).
 /// fully_shard calls it; exposed for other strategies that hand DTensors to an optimizer.
 void register_dtensor_optim_converter();
