@@ -23,7 +23,7 @@ using dtr::testing::max_abs_diff;
 namespace {
 
 // f32 vs PEFT on the same weights: summation order only (see test_llama.cpp); the adapter adds
-// one rank-4 product per projection. Measured ~1e-6.
+// one rank-4 product per projection. Measured 2.1e-7 (rsLoRA 1.8e-7).
 constexpr double kLogitTol = 1e-5;
 
 const char* kDebugDir = "tests/golden/llama_debug";
@@ -215,6 +215,7 @@ TEST_CASE("PEFT: bad adapter configs and files") {
   bad = c;
   bad["target_modules"] = {"q_proj"};  // the file holds k_proj etc. too
   write(bad);
-  CHECK_THROWS_WITH(load_peft_adapter(*fresh(), dir.path.string()), Catch::Contains("k_proj"));
+  CHECK_THROWS_WITH(load_peft_adapter(*fresh(), dir.path.string()),
+                    Catch::Contains("lora_A.weight") && Catch::Contains("target_modules of adapter_config.json does not"));
   CHECK_THROWS_WITH(save_peft_adapter(*fresh(), dir.file("x")), Catch::Contains("no LoRALinear"));
 }

@@ -177,11 +177,12 @@ TEST_CASE("LoRALinear: init of A (Kaiming-uniform, Xavier-normal)") {
   o.init = LoraInit::kaiming;
   auto k = LoRALinear(base, o).lora_A()->weight().to_vector<float>();
   const double bound = 1.0 / std::sqrt(static_cast<double>(in));
-  double sq = 0;
+  double sq = 0, mx = 0;
   for (float v : k) {
-    CHECK(std::abs(v) <= bound);
+    mx = std::max(mx, static_cast<double>(std::abs(v)));
     sq += v * v;
   }
+  CHECK(mx <= bound);
   // U(-b, b) has variance b^2 / 3; 25600 samples: relative std of the estimate ~ 0.6%.
   CHECK(sq / k.size() == Approx(bound * bound / 3).epsilon(0.05));
   o.init = LoraInit::xavier;
