@@ -8,7 +8,8 @@ namespace dtr::nn {
 /// Input: integer ids of any shape -> [..., embedding_dim]. Errors: ids out of range.
 class Embedding : public Module {
  public:
-  Embedding(int64_t num_embeddings, int64_t embedding_dim, DType dtype = DType::f32);
+  /// init = false: zeros and no random draw (weights about to be loaded).
+  Embedding(int64_t num_embeddings, int64_t embedding_dim, DType dtype = DType::f32, bool init = true);
   std::string type_name() const override { return "Embedding"; }
   Tensor forward(const Tensor& ids) override;
   Tensor weight() const { return parameter("weight"); }

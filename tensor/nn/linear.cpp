@@ -7,9 +7,14 @@
 
 namespace dtr::nn {
 
-Linear::Linear(int64_t in, int64_t out, bool bias, DType dtype) : in_features(in), out_features(out) {
+Linear::Linear(int64_t in, int64_t out, bool bias, DType dtype, bool init) : in_features(in), out_features(out) {
   DTR_CHECK(in >= 0 && out >= 0, "Linear: negative size (in_features ", in, ", out_features ", out, ")");
   DTR_CHECK(is_floating(dtype), "Linear: dtype must be floating, got ", dtype);
+  if (!init) {
+    register_parameter("weight", zeros({out, in}, TensorOptions(dtype)));
+    if (bias) register_parameter("bias", zeros({out}, TensorOptions(dtype)));
+    return;
+  }
   const double bound = in > 0 ? 1.0 / std::sqrt(static_cast<double>(in)) : 0.0;
   register_parameter("weight", uniform({out, in}, -bound, bound, TensorOptions(dtype)));
   if (bias) register_parameter("bias", uniform({out}, -bound, bound, TensorOptions(dtype)));

@@ -7,10 +7,11 @@ namespace dtr::nn {
 /// Parameters: weight [out, in], bias [out] (optional). Init like PyTorch's reset_parameters
 /// (kaiming_uniform with a = sqrt(5)): weight and bias ~ U(-1/sqrt(in), 1/sqrt(in)), drawn
 /// from the Philox generator (deterministic by seed). Input [..., in] -> output [..., out].
+/// init = false: zeros and no random draw (weights about to be loaded; like torch's skip_init).
 /// Errors: negative sizes; input last dim != in (from linear()).
 class Linear : public Module {
  public:
-  Linear(int64_t in_features, int64_t out_features, bool bias = true, DType dtype = DType::f32);
+  Linear(int64_t in_features, int64_t out_features, bool bias = true, DType dtype = DType::f32, bool init = true);
   std::string type_name() const override { return "Linear"; }
   Tensor forward(const Tensor& x) override;
   Tensor weight() const { return parameter("weight"); }
