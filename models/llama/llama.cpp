@@ -38,16 +38,16 @@ Tensor call_child(nn::Module& m, const char* name, const Tensor& x) { return m.g
 
 // ---- attention -------------------------------------------------------------------------------
 
-LlamaAttention::LlamaAttention(const LlamaConfig& c, DType dt)
+LlamaAttention::LlamaAttention(const LlamaConfig& c, DType dt, bool init)
     : num_heads(c.num_attention_heads),
       num_kv_heads(c.num_key_value_heads > 0 ? c.num_key_value_heads : c.num_attention_heads),
       head_dim(llama_head_dim(c)),
       rope_theta(c.rope_theta) {
   const int64_t h = c.hidden_size;
-  register_module("q_proj", std::make_shared<nn::Linear>(h, num_heads * head_dim, c.attention_bias, dt));
-  register_module("k_proj", std::make_shared<nn::Linear>(h, num_kv_heads * head_dim, c.attention_bias, dt));
-  register_module("v_proj", std::make_shared<nn::Linear>(h, num_kv_heads * head_dim, c.attention_bias, dt));
-  register_module("o_proj", std::make_shared<nn::Linear>(num_heads * head_dim, h, c.attention_bias, dt));
+  register_module("q_proj", std::make_shared<nn::Linear>(h, num_heads * head_dim, c.attention_bias, dt, init));
+  register_module("k_proj", std::make_shared<nn::Linear>(h, num_kv_heads * head_dim, c.attention_bias, dt, init));
+  register_module("v_proj", std::make_shared<nn::Linear>(h, num_kv_heads * head_dim, c.attention_bias, dt, init));
+  register_module("o_proj", std::make_shared<nn::Linear>(num_heads * head_dim, h, c.attention_bias, dt, init));
 }
 
 std::pair<Tensor, Tensor> LlamaAttention::rope(int64_t T, DType dt) {
@@ -79,11 +79,11 @@ Tensor LlamaAttention::forward(const Tensor& x) {
 
 // ---- MLP, block, model -------------------------------------------------------------------------
 
-LlamaMLP::LlamaMLP(const LlamaConfig& c, DType dt) {
+LlamaMLP::LlamaMLP(const LlamaConfig& c, DType dt, bool init) {
   const int64_t h = c.hidden_size, i = c.intermediate_size;
-  register_module("gate_proj", std::make_shared<nn::Linear>(h, i, c.mlp_bias, dt));
-  register_module("up_proj", std::make_shared<nn::Linear>(h, i, c.mlp_bias, dt));
-  register_module("down_proj", std::make_shared<nn::Linear>(i, h, c.mlp_bias, dt));
+  register_module("gate_proj", std::make_shared<nn::Linear>(h, i, c.mlp_bias, dt, init));
+  register_module("up_proj", std::make_shared<nn::Linear>(h, i, c.mlp_bias, dt, init));
+  register_module("down_proj", std::make_shared<nn::Linear>(i, h, c.mlp_bias, dt, init));
 }
 
 Tensor LlamaMLP::forward(const Tensor& x) {
@@ -91,9 +91,9 @@ Tensor LlamaMLP::forward(const Tensor& x) {
   return call_child(*this, "down_proj", mul(g, call_child(*this, "up_proj", x)));
 }
 
-LlamaDecoderLayer::LlamaDecoderLayer(const LlamaConfig& c, DType dt) {
-  register_module("self_attn", std::make_shared<LlamaAttention>(c, dt));
-  register_module("mlp", std::make_shared<LlamaMLP>(c, dt));
+LlamaDecoderLayer::LlamaDecoderLayer(const LlamaConfig& c, DType dt, bool init) {
+  register_module("self_attn", std::make_shared<LlamaAttention>(c, dt, init));
+  register_module("mlp", std::make_shared<LlamaMLP>(c, dt, init));
   register_module("input_layernorm", std::make_shared<nn::RMSNorm>(c.hidden_size, c.rms_norm_eps, dt));
   register_module("post_attention_layernorm", std::make_shared<nn::RMSNorm>(c.hidden_size, c.rms_norm_eps, dt));
 }
@@ -103,10 +103,10 @@ Tensor LlamaDecoderLayer::forward(const Tensor& x) {
   return add(h, call_child(*this, "mlp", call_child(*this, "post_attention_layernorm", h)));
 }
 
-LlamaModel::LlamaModel(const LlamaConfig& c, DType dt) {
-  register_module("embed_tokens", std::make_shared<nn::Embedding>(c.vocab_size, c.hidden_size, dt));
+LlamaModel::LlamaModel(const LlamaConfig& c, DType dt, bool init) {
+  register_module("embed_tokens", std::make_shared<nn::Embedding>(c.vocab_size, c.hidden_size, dt, init));
   auto layers = std::make_shared<nn::ModuleList>();
-  for (int64_t i = 0; i < c.num_hidden_layers; ++i) layers->push_back(std::make_shared<LlamaDecoderLayer>(c, dt));
+  for (int64_t i = 0; i < c.num_hidden_layers; ++i) layers->push_back(std::make_shared<LlamaDecoderLayer>(c, dt, init));
   register_module("layers", layers);
   register_module("norm", std::make_shared<nn::RMSNorm>(c.hidden_size, c.rms_norm_eps, dt));
 }
@@ -131,8 +131,9 @@ LlamaForCausalLM::LlamaForCausalLM(const LlamaConfig& c, DType dt, bool init, do
   DTR_CHECK(c.rope_scaling.rope_type.empty() || c.rope_scaling.rope_type == "default",
             "LlamaForCausalLM: rope_scaling type \"", c.rope_scaling.rope_type, "\" is not supported yet (only none)");
   DTR_CHECK(c.hidden_act == "silu", "LlamaForCausalLM: hidden_act \"", c.hidden_act, "\" is not supported (only silu)");
-  auto model = register_module("model", std::make_shared<LlamaModel>(c, dt));
-  auto head = std::make_shared<nn::Linear>(c.hidden_size, c.vocab_size, false, dt);
+  // Children are built without their own random init: init_weights draws HF's instead.
+  auto model = register_module("model", std::make_shared<LlamaModel>(c, dt, /*init=*/false));
+  auto head = std::make_shared<nn::Linear>(c.hidden_size, c.vocab_size, false, dt, /*init=*/false);
   // Tied: the same Tensor under both names (state_dict lists both, named_parameters once).
   if (c.tie_word_embeddings) head->register_parameter("weight", model->get_parameter("embed_tokens.weight"));
   register_module("lm_head", head);

@@ -38,7 +38,8 @@ int64_t llama_head_dim(const LlamaConfig& c);
 /// the counts this module holds (a TP plan rewrites them to local counts).
 class LlamaAttention : public nn::Module {
  public:
-  explicit LlamaAttention(const LlamaConfig& c, DType dtype = DType::f32);
+  /// init: nn::Linear's default init; false: zeros (LlamaForCausalLM draws its own init).
+  explicit LlamaAttention(const LlamaConfig& c, DType dtype = DType::f32, bool init = true);
   std::string type_name() const override { return "LlamaAttention"; }
   Tensor forward(const Tensor& x) override;
 
@@ -58,7 +59,7 @@ class LlamaAttention : public nn::Module {
 /// SwiGLU feed-forward: down_proj(silu(gate_proj(x)) * up_proj(x)). [.., hidden] -> same.
 class LlamaMLP : public nn::Module {
  public:
-  explicit LlamaMLP(const LlamaConfig& c, DType dtype = DType::f32);
+  explicit LlamaMLP(const LlamaConfig& c, DType dtype = DType::f32, bool init = true);
   std::string type_name() const override { return "LlamaMLP"; }
   Tensor forward(const Tensor& x) override;
 };
@@ -66,7 +67,7 @@ class LlamaMLP : public nn::Module {
 /// Pre-norm block: h = x + attn(input_layernorm(x)); out = h + mlp(post_attention_layernorm(h)).
 class LlamaDecoderLayer : public nn::Module {
  public:
-  explicit LlamaDecoderLayer(const LlamaConfig& c, DType dtype = DType::f32);
+  explicit LlamaDecoderLayer(const LlamaConfig& c, DType dtype = DType::f32, bool init = true);
   std::string type_name() const override { return "LlamaDecoderLayer"; }
   Tensor forward(const Tensor& x) override;
 };
@@ -74,7 +75,7 @@ class LlamaDecoderLayer : public nn::Module {
 /// embed_tokens -> layers -> norm. Input ids [B, T] (int64 or int32) -> hidden [B, T, hidden].
 class LlamaModel : public nn::Module {
  public:
-  explicit LlamaModel(const LlamaConfig& c, DType dtype = DType::f32);
+  explicit LlamaModel(const LlamaConfig& c, DType dtype = DType::f32, bool init = true);
   std::string type_name() const override { return "LlamaModel"; }
   Tensor forward(const Tensor& input_ids) override;
   std::shared_ptr<nn::ModuleList> layers() const;
@@ -86,7 +87,8 @@ class LlamaForCausalLM : public nn::Module {
  public:
   /// Builds the module tree and, when `init` is true, draws weights like HF's _init_weights:
   /// every Linear / Embedding weight ~ N(0, initializer_range) (Philox, seeded by
-  /// manual_seed), biases 0, norms 1. Errors: an invalid config (LlamaConfig::validate),
+  /// manual_seed), biases 0, norms 1; with init = false weights are zeros and nothing is
+  /// drawn (fast path for loading). Errors: an invalid config (LlamaConfig::validate),
   /// rope_scaling other than none ("default"), hidden_act other than silu.
   explicit LlamaForCausalLM(const LlamaConfig& c, DType dtype = DType::f32, bool init = true,
                             double initializer_range = 0.02);

@@ -43,14 +43,13 @@ LoRALinear::LoRALinear(const std::shared_ptr<Linear>& base, const LoraOptions& o
 
   // lora_A [r, in]: nn::Linear's default init is already Kaiming-uniform with a = sqrt(5),
   // i.e. U(-1/sqrt(in), 1/sqrt(in)) (torch.nn.init.kaiming_uniform_(a=math.sqrt(5))).
-  auto a = std::make_shared<Linear>(in_features, opts.r, false, dt);
+  auto a = std::make_shared<Linear>(in_features, opts.r, false, dt, /*init=*/opts.init == LoraInit::kaiming);
   if (opts.init == LoraInit::xavier) {
     // torch.nn.init.xavier_normal_: std = sqrt(2 / (fan_in + fan_out)).
     const double std = std::sqrt(2.0 / static_cast<double>(in_features + opts.r));
     a->register_parameter("weight", normal({opts.r, in_features}, 0.0, std, TensorOptions(dt)));
   }
-  auto b = std::make_shared<Linear>(opts.r, out_features, false, dt);
-  b->register_parameter("weight", zeros({out_features, opts.r}, TensorOptions(dt)));
+  auto b = std::make_shared<Linear>(opts.r, out_features, false, dt, /*init=*/false);  // zeros
   register_module("lora_A", a);
   register_module("lora_B", b);
 }
