@@ -1,0 +1,268 @@
+#include "apps/train/checkpoint.h"
+
+#include <algorithm>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <map>
+
+#include "dtensor/spec.h"
+#include "models/formats/safetensors.h"
+#include "tensor/autograd/grad_mode.h"
+#include "tensor/error.h"
+#include "tensor/ops.h"
+
+namespace fs = std::filesystem;
+
+namespace dtr::train {
+namespace {
+
+struct LocalBlock {
+  Tensor local;  // this rank's block (plain tensor, shares the parameter's storage)
+  Shape offset;
+  Shape global_shape;
+  std::string placements = "[]";
+  Shape mesh_shape;
+};
+
+LocalBlock local_block(const Tensor& p) {
+  LocalBlock b;
+  if (p.is_distributed()) {
+    const DTensorSpec& s = dtensor_spec(p, "checkpoint");
+    b.local = local_tensor(p);
+    b.offset = s.local_offset();
+    b.global_shape = s.shape;
+    b.placements = placements_str(s.placements);
+    b.mesh_shape = s.mesh.shape();
+    DTR_CHECK(b.local.sizes() == s.local_shape(), "checkpoint: local shard of shape ", b.local.sizes(),
+              " differs from the spec's local shape ", s.local_shape());
+  } else {
+    b.local = p;
+    b.offset = Shape(p.dim(), 0);
+    b.global_shape = p.sizes();
+  }
+  return b;
+}
+
+int64_t step_of(const std::string& name) {
+  if (name.rfind("step_", 0) != 0) return -1;
+  try {
+    size_t pos = 0;
+    const int64_t n = std::stoll(name.substr(5), &pos);
+    return pos == name.size() - 5 ? n : -1;
+  } catch (...) {
+    return -1;
+  }
+}
+
+std::vector<std::pair<int64_t, fs::path>> complete_checkpoints(const std::string& root) {
+  std::vector<std::pair<int64_t, fs::path>> out;
+  std::error_code ec;
+  if (!fs::is_directory(root, ec)) return out;
+  for (const auto& e : fs::directory_iterator(root, ec)) {
+    const int64_t n = step_of(e.path().filename().string());
+    if (n >= 0 && fs::exists(e.path() / "metadata.json")) out.emplace_back(n, e.path());
+  }
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+/// Copies the overlap of a source block (src bytes, shape, global offset) into a destination
+/// block (dst, shape, offset); row-major, innermost dimension by memcpy. Returns the number of
+/// elements copied.
+int64_t copy_overlap(const char* src, const Shape& s_shape, const Shape& s_off, char* dst, const Shape& d_shape,
+                     const Shape& d_off, size_t item) {
+  const size_t nd = d_shape.size();
+  if (nd == 0) {
+    std::memcpy(dst, src, item);
+    return 1;
+  }
+  Shape lo(nd), hi(nd);
+  for (size_t d = 0; d < nd; ++d) {
+    lo[d] = std::max(s_off[d], d_off[d]);
+    hi[d] = std::min(s_off[d] + s_shape[d], d_off[d] + d_shape[d]);
+    if (hi[d] <= lo[d]) return 0;
+  }
+  const Shape s_str = contiguous_strides(s_shape), d_str = contiguous_strides(d_shape);
+  const int64_t run = hi[nd - 1] - lo[nd - 1];
+  int64_t copied = 0;
+  Shape idx = lo;  // global index, innermost fixed at lo
+  while (true) {
+    int64_t so = 0, dof = 0;
+    for (size_t d = 0; d < nd; ++d) {
+      so += (idx[d] - s_off[d]) * s_str[d];
+      dof += (idx[d] - d_off[d]) * d_str[d];
+    }
+    std::memcpy(dst + dof * item, src + so * item, run * item);
+    copied += run;
+    if (nd == 1) break;
+    size_t d = nd - 2;
+    while (true) {
+      if (++idx[d] < hi[d]) break;
+      idx[d] = lo[d];
+      if (d == 0) return copied;
+      --d;
+    }
+  }
+  return copied;
+}
+
+}  // namespace
+
+void save_checkpoint(const std::string& root, int64_t step, const NamedParams& params, optim::Optimizer& opt,
+                     const nlohmann::json& extra, int64_t keep_last, ProcessGroup& world) {
+  const int rank = world.rank();
+  const fs::path final_dir = fs::path(root) / ("step_" + std::to_string(step));
+  const fs::path tmp = fs::path(root) / (".tmp_step_" + std::to_string(step));
+  if (rank == 0) {
+    std::error_code ec;
+    fs::create_directories(root, ec);
+    DTR_CHECK(!ec, "checkpoint: cannot create directory '", root, "': ", ec.message());
+    for (const auto& e : fs::directory_iterator(root))
+      if (e.path().filename().string().rfind(".tmp_step_", 0) == 0) fs::remove_all(e.path(), ec);
+    fs::create_directories(tmp, ec);
+    DTR_CHECK(!ec, "checkpoint: cannot create directory '", tmp.string(), "': ", ec.message());
+  }
+  world.barrier()->wait();
+
+  nlohmann::json shards = nlohmann::json::object(), param_meta = nlohmann::json::object();
+  std::vector<safetensors::RawTensor> raws;
+  std::vector<Tensor> keep;  // contiguous copies alive until written
+  auto add = [&](const std::string& name, const Tensor& t) {
+    Tensor c = t.contiguous();
+    keep.push_back(c);
+    raws.push_back({name, c.dtype(), c.sizes(), c.data_ptr(), c.nbytes()});
+  };
+  for (const auto& [fqn, p] : params) {
+    LocalBlock b = local_block(p);
+    add("model/" + fqn, b.local);
+    int64_t st_step = 0;
+    if (opt.has_state(p)) {
+      auto& st = opt.state(p);
+      st_step = st.step;
+      for (const auto& [k, t] : st.tensors) add("optim/" + k + "/" + fqn, t);
+    }
+    shards[fqn] = {{"offset", b.offset}, {"global_shape", b.global_shape}, {"step", st_step}};
+    param_meta[fqn] = {{"global_shape", b.global_shape},
+                       {"placements", b.placements},
+                       {"mesh_shape", b.mesh_shape},
+                       {"dtype", dtype_name(b.local.dtype())}};
+  }
+  const std::string file = "rank_" + std::to_string(rank) + ".safetensors";
+  safetensors::write_raw((tmp / file).string(), raws, {{"dtr_shards", shards.dump()}});
+  world.barrier()->wait();
+  if (rank == 0) {
+    nlohmann::json meta;
+    meta["step"] = step;
+    meta["world_size"] = world.size();
+    meta["params"] = param_meta;
+    std::vector<std::string> files;
+    for (int r = 0; r < world.size(); ++r) files.push_back("rank_" + std::to_string(r) + ".safetensors");
+    meta["files"] = files;
+    meta["extra"] = extra;
+    {
+      std::ofstream f(tmp / "metadata.json");
+      f << meta.dump(1) << "\n";
+      DTR_CHECK(f.good(), "checkpoint: cannot write '", (tmp / "metadata.json").string(), "'");
+    }
+    std::error_code ec;
+    fs::remove_all(final_dir, ec);
+    fs::rename(tmp, final_dir, ec);
+    DTR_CHECK(!ec, "checkpoint: cannot rename '", tmp.string(), "' to '", final_dir.string(), "': ", ec.message());
+    if (keep_last > 0) {
+      auto all = complete_checkpoints(root);
+      for (size_t i = 0; i + keep_last < all.size(); ++i) fs::remove_all(all[i].second, ec);
+    }
+  }
+  world.barrier()->wait();
+}
+
+std::optional<std::string> find_latest_checkpoint(const std::string& root) {
+  auto all = complete_checkpoints(root);
+  if (all.empty()) return std::nullopt;
+  return all.back().second.string();
+}
+
+nlohmann::json load_checkpoint(const std::string& dir, const NamedParams& params, optim::Optimizer& opt) {
+  nlohmann::json meta;
+  {
+    std::ifstream f(fs::path(dir) / "metadata.json");
+    DTR_CHECK(f.good(), "checkpoint: cannot read '", dir, "/metadata.json'");
+    try {
+      f >> meta;
+    } catch (const std::exception& e) {
+      DTR_ERROR("checkpoint: '", dir, "/metadata.json' is not valid JSON: ", e.what());
+    }
+  }
+  struct Shard {
+    safetensors::SafetensorsFile file;
+    nlohmann::json blocks;
+  };
+  std::vector<Shard> shards;
+  for (const auto& name : meta.at("files")) {
+    auto f = safetensors::SafetensorsFile::open((fs::path(dir) / name.get<std::string>()).string());
+    auto it = f.metadata().find("dtr_shards");
+    DTR_CHECK(it != f.metadata().end(), "checkpoint: ", f.path(), " has no dtr_shards metadata");
+    shards.push_back({f, nlohmann::json::parse(it->second)});
+  }
+  NoGradGuard no_grad;
+  for (const auto& [fqn, p] : params) {
+    DTR_CHECK(meta.at("params").contains(fqn), "checkpoint: parameter ", fqn, " is not in ", dir,
+              " (was it saved with the same model / peft settings?)");
+    LocalBlock b = local_block(p);
+    const Shape saved_global = meta["params"][fqn].at("global_shape").get<Shape>();
+    DTR_CHECK(saved_global == b.global_shape, "checkpoint: ", fqn, " has global shape ", saved_global, " in ", dir,
+              " but the model has ", b.global_shape);
+    // Fills `dst` (local shape of this rank) from the blocks named `key` of every shard.
+    auto assemble = [&](const std::string& key, Tensor dst) -> bool {
+      DTR_CHECK(dst.is_contiguous(), "checkpoint: destination of ", key, " is not contiguous");
+      int64_t filled = 0;
+      bool any = false;
+      std::vector<char> done;  // covers each element once even when blocks are replicated
+      const size_t item = itemsize(dst.dtype());
+      Tensor scratch = empty(dst.sizes(), TensorOptions(dst.dtype()));
+      for (auto& s : shards) {
+        if (!s.file.contains(key)) continue;
+        any = true;
+        const auto& e = s.file.entry(key);
+        DTR_CHECK(e.dtype == dst.dtype(), "checkpoint: ", key, " is ", dtype_name(e.dtype), " in ", s.file.path(),
+                  ", expected ", dtype_name(dst.dtype()));
+        const Shape off = s.blocks.at(fqn).at("offset").get<Shape>();
+        // Copy into scratch and mark the covered elements (replicated blocks overlap).
+        if (done.empty()) done.assign(dst.numel(), 0);
+        int64_t src_numel = 1;
+        for (auto v : e.shape) src_numel *= v;
+        std::vector<char> ones(src_numel, 1);
+        copy_overlap(ones.data(), e.shape, off, done.data(), dst.sizes(), b.offset, 1);
+        copy_overlap(s.file.raw(key).data(), e.shape, off, static_cast<char*>(scratch.data_ptr()), dst.sizes(),
+                     b.offset, item);
+      }
+      if (!any) return false;
+      for (char c : done) filled += c;
+      DTR_CHECK(filled == dst.numel(), "checkpoint: shards of ", key, " in ", dir, " cover ", filled, " of ",
+                dst.numel(), " elements of this rank's block (offset ", b.offset, ", shape ", dst.sizes(), ")");
+      dst.copy_(scratch);
+      return true;
+    };
+    DTR_CHECK(assemble("model/" + fqn, b.local), "checkpoint: no shard of ", fqn, " in ", dir);
+    int64_t st_step = 0;
+    for (const auto& s : shards)
+      if (s.blocks.contains(fqn)) st_step = std::max<int64_t>(st_step, s.blocks[fqn].at("step").get<int64_t>());
+    if (st_step > 0) {
+      auto& st = opt.state(p);
+      st.step = st_step;
+      for (const char* k : {"exp_avg", "exp_avg_sq"}) {
+        const std::string key = std::string("optim/") + k + "/" + fqn;
+        for (const auto& s : shards) {
+          if (!s.file.contains(key)) continue;
+          Tensor t = zeros(b.local.sizes(), TensorOptions(s.file.entry(key).dtype));
+          if (assemble(key, t)) st.tensors[k] = t;
+          break;
+        }
+      }
+    }
+  }
+  return meta.at("extra");
+}
+
+}  // namespace dtr::train

@@ -1,0 +1,140 @@
+#pragma once
+// Training recipe of dtr-train: a YAML file with NeMo Automodel's section and key names,
+// `--set key.path=value` overrides, and validation that names the key and the file.
+//
+// Sections (every key optional unless noted; defaults in the structs below):
+//   model:              path (GGUF file or HF dir) | config (debug | {LlamaConfig keys}), dtype
+//   peft:               target_modules, exclude_modules, dim, alpha, dropout, dropout_position,
+//                       use_rslora            (the section's presence turns LoRA on)
+//   distributed:        passed to MeshContext::from_yaml (parallel/mesh_context.h)
+//   dataset:            type (chat_jsonl | text | token_shards), path | paths, seq_len
+//                       (alias packed_sequence_size), doc_separator, limit_samples, shuffle,
+//                       tokenizer (path or "bytes"), chat_template (chatml | smollm2)
+//   validation_dataset: same keys; optional
+//   step_scheduler:     global_batch_size, local_batch_size, max_steps, num_epochs,
+//                       ckpt_every_steps, val_every_steps, val_batches
+//   optimizer:          name (adamw), lr, betas, eps, weight_decay, max_grad_norm
+//   lr_scheduler:       lr_warmup_steps, lr_decay_style (cosine|linear|constant), min_lr,
+//                       lr_decay_steps
+//   checkpoint:         enabled, checkpoint_dir, keep_last, save_consolidated, adapter_dir
+//   logging:            every_steps, metrics_file, plot_file, peak_tflops
+//   rng:                seed
+// Source of key names: NeMo Automodel recipes (../shared/reference/nemo-automodel-semantics.md).
+#include <yaml-cpp/yaml.h>
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace dtr::train {
+
+struct ModelRecipe {
+  std::string path;         // GGUF file or HF directory
+  std::string config_name;  // "debug" for llama_debug_config()
+  YAML::Node config;        // explicit LlamaConfig keys (a map), when given
+  std::string dtype = "f32";
+  bool random() const { return path.empty(); }
+};
+
+struct PeftRecipe {
+  bool enabled = false;
+  std::vector<std::string> target_modules = {"*_proj"};
+  std::vector<std::string> exclude_modules;
+  int64_t dim = 8;
+  double alpha = 32.0;
+  double dropout = 0.0;
+  std::string dropout_position = "post";  // pre | post
+  bool use_rslora = false;
+};
+
+struct DatasetRecipe {
+  bool enabled = false;
+  std::string type = "chat_jsonl";  // chat_jsonl | text | token_shards
+  std::vector<std::string> paths;
+  int64_t seq_len = 256;
+  std::string doc_separator;
+  int64_t limit_samples = 0;  // 0 = all
+  bool shuffle = true;
+  std::string tokenizer;              // GGUF / tokenizer.json / HF dir / "bytes"; default model.path
+  std::string chat_template = "chatml";  // chatml | smollm2 (chat_jsonl only)
+};
+
+struct StepSchedulerRecipe {
+  int64_t global_batch_size = 8;
+  int64_t local_batch_size = 1;
+  int64_t max_steps = 0;  // 0 = num_epochs * batches per epoch
+  int64_t num_epochs = 1;
+  int64_t ckpt_every_steps = 0;  // 0 = only at the end
+  int64_t val_every_steps = 0;   // 0 = only at the end (when a validation set is given)
+  int64_t val_batches = 0;       // 0 = every full validation batch
+};
+
+struct OptimizerRecipe {
+  std::string name = "adamw";
+  double lr = 1e-4;
+  double beta1 = 0.9, beta2 = 0.999;
+  double eps = 1e-8;
+  double weight_decay = 0.0;
+  double max_grad_norm = 1.0;  // 0 = no clipping
+};
+
+struct LRSchedulerRecipe {
+  int64_t lr_warmup_steps = 0;
+  std::string lr_decay_style = "cosine";  // cosine | linear | constant
+  double min_lr = 0.0;
+  int64_t lr_decay_steps = 0;  // 0 = total steps
+};
+
+struct CheckpointRecipe {
+  bool enabled = true;
+  std::string checkpoint_dir = "checkpoints";
+  int64_t keep_last = 2;  // 0 = keep all
+  bool save_consolidated = false;  // merged HF safetensors at the end
+  std::string adapter_dir;         // default <checkpoint_dir>/adapter
+};
+
+struct LoggingRecipe {
+  int64_t every_steps = 1;
+  std::string metrics_file;  // default <checkpoint_dir>/metrics.jsonl
+  std::string plot_file;     // default <checkpoint_dir>/loss.png
+  double peak_tflops = 0.0;  // per rank; 0 = measured SGEMM peak
+};
+
+struct Recipe {
+  std::string file;  // where it came from (messages)
+  YAML::Node root;   // the merged tree (file + overrides)
+  ModelRecipe model;
+  PeftRecipe peft;
+  YAML::Node distributed;
+  DatasetRecipe dataset, validation_dataset;
+  StepSchedulerRecipe step_scheduler;
+  OptimizerRecipe optimizer;
+  LRSchedulerRecipe lr_scheduler;
+  CheckpointRecipe checkpoint;
+  LoggingRecipe logging;
+  uint64_t seed = 42;
+
+  /// Where a key came from, for messages: "configs/x.yaml" or "--set".
+  std::string source_of(const std::string& key) const;
+  std::vector<std::string> overridden;  // keys set by --set
+};
+
+/// Applies one override "a.b.c=value" to `root` (maps created as needed; the value is parsed
+/// as YAML, so 3 / 0.5 / true / [a, b] get their types). Errors: no '=', empty key.
+void apply_override(YAML::Node& root, const std::string& assignment);
+
+/// Loads `file`, applies `overrides` in order, then parses and validates every section.
+/// Errors (dtr::Error, one line naming the key and its source): unreadable file, YAML syntax
+/// (line:col), an unknown section or key, a value of the wrong type, out-of-range numbers
+/// (lr < 0, batch sizes < 1, ...), a dataset without path, a model with neither path nor
+/// config. Checks that need the world size or the model (mesh, heads % tp, batch % dp, file
+/// existence) are in validate_recipe_with_world (trainer.h).
+Recipe load_recipe(const std::string& file, const std::vector<std::string>& overrides);
+
+/// Same from an already parsed tree (tests).
+Recipe parse_recipe(const YAML::Node& root, const std::string& file, const std::vector<std::string>& overridden = {});
+
+/// The resolved recipe as YAML (defaults filled in), for --dry-run and checkpoint metadata.
+std::string dump_recipe(const Recipe& r);
+
+}  // namespace dtr::train

@@ -1,0 +1,264 @@
+#include "apps/train/setup.h"
+
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include "models/data/chat_dataset.h"
+#include "models/data/text_dataset.h"
+#include "models/data/token_shards.h"
+#include "models/formats/gguf.h"
+#include "models/llama/load.h"
+#include "models/lora/inject.h"
+#include "models/tokenizer/bpe_tokenizer.h"
+#include "models/tokenizer/chat_template.h"
+#include "tensor/error.h"
+#include "tensor/random.h"
+
+namespace fs = std::filesystem;
+
+namespace dtr::train {
+namespace {
+
+bool ends_with(const std::string& s, const std::string& suf) {
+  return s.size() >= suf.size() && s.compare(s.size() - suf.size(), suf.size(), suf) == 0;
+}
+
+/// YAML scalar -> JSON with the natural type (int, float, bool, string); maps and lists recurse.
+nlohmann::json yaml_to_json(const YAML::Node& n) {
+  if (n.IsMap()) {
+    nlohmann::json j = nlohmann::json::object();
+    for (const auto& kv : n) j[kv.first.as<std::string>()] = yaml_to_json(kv.second);
+    return j;
+  }
+  if (n.IsSequence()) {
+    nlohmann::json j = nlohmann::json::array();
+    for (const auto& e : n) j.push_back(yaml_to_json(e));
+    return j;
+  }
+  if (n.IsNull()) return nullptr;
+  const std::string s = n.as<std::string>();
+  try {
+    size_t pos = 0;
+    const long long v = std::stoll(s, &pos);
+    if (pos == s.size()) return v;
+  } catch (...) {
+  }
+  try {
+    size_t pos = 0;
+    const double v = std::stod(s, &pos);
+    if (pos == s.size()) return v;
+  } catch (...) {
+  }
+  if (s == "true") return true;
+  if (s == "false") return false;
+  return s;
+}
+
+LlamaConfig resolve_config(const Recipe& r, std::string& source) {
+  if (!r.model.random()) {
+    source = "model.path=" + r.model.path;
+    DTR_CHECK(fs::exists(r.model.path), "model.path: no such file or directory '", r.model.path, "' (",
+              r.source_of("model.path"), "); scripts/fetch-model.sh downloads the default model");
+    if (ends_with(r.model.path, ".gguf")) return llama_config_from_gguf(gguf::GGUFFile::open(r.model.path));
+    return load_llama_config(r.model.path);
+  }
+  if (r.model.config_name == "debug") {
+    source = "model.config=debug";
+    return llama_debug_config();
+  }
+  source = "model.config (" + r.source_of("model.config") + ")";
+  nlohmann::json j = yaml_to_json(r.model.config);
+  LlamaConfig c = llama_config_from_json(j, "model.config (" + r.source_of("model.config") + ")");
+  c.validate("model.config");
+  return c;
+}
+
+}  // namespace
+
+int64_t llama_param_count(const LlamaConfig& c) {
+  const int64_t H = c.hidden_size, I = c.intermediate_size, V = c.vocab_size, hd = llama_head_dim(c);
+  const int64_t nh = c.num_attention_heads, nkv = c.num_key_value_heads > 0 ? c.num_key_value_heads : nh;
+  const int64_t layer = H * nh * hd + 2 * H * nkv * hd + nh * hd * H + 3 * H * I + 2 * H;
+  return V * H + c.num_hidden_layers * layer + H + (c.tie_word_embeddings ? 0 : V * H);
+}
+
+int64_t lora_param_count(const LlamaConfig& c, const PeftRecipe& peft) {
+  if (!peft.enabled) return 0;
+  const int64_t H = c.hidden_size, I = c.intermediate_size, V = c.vocab_size, hd = llama_head_dim(c);
+  const int64_t nh = c.num_attention_heads, nkv = c.num_key_value_heads > 0 ? c.num_key_value_heads : nh;
+  struct Lin {
+    std::string name;
+    int64_t in, out;
+  };
+  std::vector<Lin> lins;
+  for (int64_t l = 0; l < c.num_hidden_layers; ++l) {
+    const std::string p = "model.layers." + std::to_string(l) + ".";
+    lins.push_back({p + "self_attn.q_proj", H, nh * hd});
+    lins.push_back({p + "self_attn.k_proj", H, nkv * hd});
+    lins.push_back({p + "self_attn.v_proj", H, nkv * hd});
+    lins.push_back({p + "self_attn.o_proj", nh * hd, H});
+    lins.push_back({p + "mlp.gate_proj", H, I});
+    lins.push_back({p + "mlp.up_proj", H, I});
+    lins.push_back({p + "mlp.down_proj", I, H});
+  }
+  if (!c.tie_word_embeddings) lins.push_back({"lm_head", H, V});
+  int64_t n = 0;
+  for (const auto& L : lins) {
+    bool hit = false, ex = false;
+    for (const auto& t : peft.target_modules) hit = hit || lora_pattern_matches(t, L.name);
+    for (const auto& e : peft.exclude_modules) ex = ex || lora_pattern_matches(e, L.name);
+    if (hit && !ex) n += peft.dim * (L.in + L.out);
+  }
+  return n;
+}
+
+Plan make_plan(const Recipe& r, int world) {
+  Plan p;
+  p.config = resolve_config(r, p.model_source);
+  p.mesh = MeshContext::from_yaml(r.distributed, world, r.source_of("distributed") + ": distributed");
+  const int64_t tp = p.mesh.tp_size;
+  const auto& c = p.config;
+  const int64_t kv = c.num_key_value_heads > 0 ? c.num_key_value_heads : c.num_attention_heads;
+  DTR_CHECK(c.num_attention_heads % tp == 0, "distributed.tp_size=", tp, " does not divide num_attention_heads=",
+            c.num_attention_heads, " (", p.model_source, ")");
+  DTR_CHECK(kv % tp == 0, "distributed.tp_size=", tp, " does not divide num_key_value_heads=", kv, " (",
+            p.model_source, ")");
+  p.dp_size = p.mesh.dp_size;
+  const auto& st = r.step_scheduler;
+  const int64_t per_step = st.local_batch_size * p.dp_size;
+  DTR_CHECK(st.global_batch_size % per_step == 0, "step_scheduler.global_batch_size=", st.global_batch_size,
+            " is not divisible by step_scheduler.local_batch_size=", st.local_batch_size, " x dp_size=", p.dp_size,
+            " (= ", per_step, "); gradient accumulation must be a whole number (", r.source_of("step_scheduler"), ")");
+  p.grad_accum = st.global_batch_size / per_step;
+  const int64_t max_pos = c.max_position_embeddings;
+  DTR_CHECK(r.dataset.seq_len <= max_pos, "dataset.seq_len=", r.dataset.seq_len,
+            " exceeds the model's max_position_embeddings=", max_pos, " (", p.model_source, ")");
+  if (r.peft.enabled && r.peft.dim > c.hidden_size)
+    DTR_ERROR("peft.dim=", r.peft.dim, " exceeds hidden_size=", c.hidden_size, " (", p.model_source, ")");
+  const int64_t lora = lora_param_count(c, r.peft);
+  if (r.peft.enabled)
+    DTR_CHECK(lora > 0, "peft.target_modules [", [&] {
+      std::string s;
+      for (const auto& t : r.peft.target_modules) s += (s.empty() ? "" : ", ") + t;
+      return s;
+    }(), "] match no Linear module of the model (", r.source_of("peft"), ")");
+  p.total_params = llama_param_count(c) + lora;
+  p.trainable_params = r.peft.enabled ? lora : p.total_params;
+  p.memory_estimate_bytes = estimate_memory(r, p);
+  return p;
+}
+
+double estimate_memory(const Recipe& r, const Plan& p) {
+  const auto& c = p.config;
+  const double bytes = r.model.dtype == "bf16" ? 2.0 : 4.0;
+  const double tp = static_cast<double>(p.mesh.tp_size);
+  const bool fsdp = p.mesh.strategy == "fsdp2" && p.mesh.world_size > 1;
+  const double shard = fsdp ? static_cast<double>(p.mesh.dp_size / p.mesh.dp_replicate_size) * tp : tp;
+  const double L = static_cast<double>(c.num_hidden_layers);
+  const double per_layer = (static_cast<double>(llama_param_count(c)) -
+                            static_cast<double>(c.vocab_size * c.hidden_size) * (c.tie_word_embeddings ? 1 : 2)) /
+                           std::max(1.0, L);
+  double m = static_cast<double>(p.total_params) * bytes / shard;
+  if (fsdp) m += 2.0 * per_layer * bytes / tp;  // gathered working set (current + prefetched)
+  m += static_cast<double>(p.trainable_params) * (4.0 + 8.0) / shard;  // grads + AdamW exp_avg/exp_avg_sq
+  const double tokens = static_cast<double>(r.step_scheduler.local_batch_size * r.dataset.seq_len);
+  const double H = static_cast<double>(c.hidden_size), I = static_cast<double>(c.intermediate_size);
+  const double heads = static_cast<double>(c.num_attention_heads) / tp;
+  const double act = tokens * L * (16.0 * H / tp + 4.0 * I / tp + heads * static_cast<double>(r.dataset.seq_len));
+  m += act * 4.0 + tokens * static_cast<double>(c.vocab_size) / tp * 4.0 * 3.0;
+  return m;
+}
+
+std::string dry_run_report(const Recipe& r, const Plan& p) {
+  std::ostringstream o;
+  o << "# resolved recipe (" << r.file << ")\n" << dump_recipe(r) << "\n\n";
+  const auto& c = p.config;
+  o << "model:  " << p.model_source << ": layers " << c.num_hidden_layers << ", hidden " << c.hidden_size
+    << ", intermediate " << c.intermediate_size << ", heads " << c.num_attention_heads << "/"
+    << (c.num_key_value_heads ? c.num_key_value_heads : c.num_attention_heads) << ", vocab " << c.vocab_size
+    << (c.tie_word_embeddings ? ", tied embeddings" : "") << ", dtype " << r.model.dtype << "\n";
+  o << "mesh:   " << p.mesh.str() << "\n";
+  o << "batch:  global " << r.step_scheduler.global_batch_size << " = local " << r.step_scheduler.local_batch_size
+    << " x dp " << p.dp_size << " x grad accumulation " << p.grad_accum << ", seq_len " << r.dataset.seq_len << "\n";
+  char buf[256];
+  std::snprintf(buf, sizeof buf, "params: trainable %lld / total %lld (%.3f%%)\n", (long long)p.trainable_params,
+                (long long)p.total_params, 100.0 * static_cast<double>(p.trainable_params) / p.total_params);
+  o << buf;
+  std::snprintf(buf, sizeof buf,
+                "memory: ~%.1f MiB per rank (estimate: sharded params + 2 gathered layers + f32 grads and AdamW "
+                "state of trainable params + activations of one micro-batch)\n",
+                p.memory_estimate_bytes / (1024.0 * 1024.0));
+  o << buf;
+  return o.str();
+}
+
+std::vector<data::Sample> load_samples(const Recipe& r, const DatasetRecipe& d, const std::string& name) {
+  for (const auto& f : d.paths)
+    DTR_CHECK(fs::exists(f), name, ".path: no such file '", f, "' (", r.source_of(name + ".path"),
+              "); scripts/fetch-data.sh builds the default data");
+  std::vector<data::Sample> out;
+  if (d.type == "token_shards") {
+    auto ds = data::load_token_shard_dataset(d.paths, d.seq_len);
+    for (int64_t i = 0; i < ds.size(); ++i) out.push_back(ds.get(i));
+  } else {
+    const std::string tok_path = d.tokenizer.empty() ? r.model.path : d.tokenizer;
+    if (tok_path == "bytes") {
+      DTR_CHECK(d.type == "text", name, ".tokenizer: 'bytes' works with type text only");
+      std::vector<int32_t> stream;
+      for (const auto& f : d.paths) {
+        std::ifstream in(f, std::ios::binary);
+        std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+        for (unsigned char ch : text) stream.push_back(ch);
+        stream.push_back(0);  // document end
+      }
+      DTR_CHECK(static_cast<int64_t>(stream.size()) > d.seq_len, name, ": ", stream.size(),
+                " bytes are fewer than seq_len + 1 = ", d.seq_len + 1);
+      data::PackedDataset ds(std::move(stream), d.seq_len);
+      for (int64_t i = 0; i < ds.size(); ++i) out.push_back(ds.get(i));
+    } else {
+      DTR_CHECK(!tok_path.empty(), name, ".tokenizer is required with a random model (a GGUF, tokenizer.json or "
+                                         "\"bytes\")");
+      DTR_CHECK(fs::exists(tok_path), name, ".tokenizer: no such file '", tok_path, "'");
+      auto tok = ends_with(tok_path, ".gguf") ? tokenizer::BPETokenizer::from_gguf(gguf::GGUFFile::open(tok_path))
+                 : fs::is_directory(tok_path) ? tokenizer::BPETokenizer::from_hf_file(tok_path + "/tokenizer.json")
+                                              : tokenizer::BPETokenizer::from_hf_file(tok_path);
+      if (d.type == "chat_jsonl") {
+        auto tmpl = d.chat_template == "smollm2" ? tokenizer::ChatTemplate::smollm2() : tokenizer::ChatTemplate::chatml();
+        for (const auto& f : d.paths) {
+          auto s = data::load_chat_dataset(f, tok, tmpl, d.seq_len);
+          out.insert(out.end(), s.begin(), s.end());
+        }
+      } else {
+        auto ds = data::load_text_dataset(d.paths, tok, d.seq_len, d.doc_separator);
+        for (int64_t i = 0; i < ds.size(); ++i) out.push_back(ds.get(i));
+      }
+    }
+  }
+  if (d.limit_samples > 0 && static_cast<int64_t>(out.size()) > d.limit_samples) out.resize(d.limit_samples);
+  DTR_CHECK(!out.empty(), name, ": no samples in ", d.paths.front());
+  return out;
+}
+
+std::shared_ptr<LlamaForCausalLM> build_model(const Recipe& r, const Plan& p) {
+  const DType dt = r.model.dtype == "bf16" ? DType::bf16 : DType::f32;
+  manual_seed(r.seed);
+  std::shared_ptr<LlamaForCausalLM> model =
+      r.model.random() ? std::make_shared<LlamaForCausalLM>(p.config, dt) : load_llama(r.model.path, dt);
+  if (r.peft.enabled) {
+    LoraConfig lc;
+    lc.target_modules = r.peft.target_modules;
+    lc.exclude_modules = r.peft.exclude_modules;
+    lc.options.r = r.peft.dim;
+    lc.options.alpha = r.peft.alpha;
+    lc.options.dropout = r.peft.dropout;
+    lc.options.dropout_position =
+        r.peft.dropout_position == "pre" ? nn::LoraDropoutPosition::pre : nn::LoraDropoutPosition::post;
+    lc.options.use_rslora = r.peft.use_rslora;
+    manual_seed(r.seed + 1);
+    apply_lora(*model, lc);
+  }
+  return model;
+}
+
+}  // namespace dtr::train

@@ -1,0 +1,55 @@
+#pragma once
+// What dtr-train resolves before any model tensor exists: the model config, the mesh settings,
+// gradient accumulation, parameter counts and a memory estimate (the --dry-run report), then
+// the datasets and the model itself.
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "apps/train/recipe.h"
+#include "models/data/sample.h"
+#include "models/formats/hf_config.h"
+#include "models/llama/llama.h"
+#include "parallel/mesh_context.h"
+
+namespace dtr::train {
+
+/// Everything checked and derived from the recipe and the world size alone.
+struct Plan {
+  LlamaConfig config;
+  std::string model_source;  // "model.path=..." or "model.config=debug" (messages)
+  MeshContext mesh;          // validated, mesh not built yet
+  int64_t dp_size = 1, grad_accum = 1;
+  int64_t total_params = 0, trainable_params = 0;
+  double memory_estimate_bytes = 0;  // per rank, see estimate_memory
+};
+
+/// Validates what needs the world size or the model config, without allocating the model:
+/// model file exists (GGUF metadata / config.json only are read), mesh sizes (MeshContext),
+/// heads and kv heads divisible by tp, global_batch_size divisible by local_batch_size x dp.
+/// Errors: dtr::Error, one line naming the key, the numbers and the source.
+Plan make_plan(const Recipe& r, int world_size);
+
+/// Parameter count of a Llama with `c` (biases off), and the LoRA parameters that `peft`
+/// would add (0 when disabled), from the module FQNs the model would have.
+int64_t llama_param_count(const LlamaConfig& c);
+int64_t lora_param_count(const LlamaConfig& c, const PeftRecipe& peft);
+
+/// Bytes per rank, a rough upper estimate (documented in the --dry-run output):
+/// sharded parameters + the gathered working set of 2 layers (FSDP) + trainable grads and
+/// AdamW state (f32, sharded) + activations of one micro-batch (per token and layer
+/// ~ 16 hidden + 4 intermediate + heads * seq values kept for backward; logits x 3).
+double estimate_memory(const Recipe& r, const Plan& p);
+
+/// The human-readable --dry-run report (recipe, mesh, counts, memory).
+std::string dry_run_report(const Recipe& r, const Plan& p);
+
+/// Loads a dataset section into fixed-length samples (chat_jsonl: one per conversation;
+/// text / token_shards: packed windows). Errors name the dataset key and file.
+std::vector<data::Sample> load_samples(const Recipe& r, const DatasetRecipe& d, const std::string& name);
+
+/// Builds the model on this rank: loaded from model.path, or random (seeded with rng.seed)
+/// from the config; LoRA injected (base frozen) when peft is set.
+std::shared_ptr<LlamaForCausalLM> build_model(const Recipe& r, const Plan& p);
+
+}  // namespace dtr::train

@@ -1,0 +1,357 @@
+#include "apps/train/trainer.h"
+
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <limits>
+#include <memory>
+
+#include "apps/train/checkpoint.h"
+#include "apps/train/progress.h"
+#include "apps/train/setup.h"
+#include "dtensor/api.h"
+#include "models/data/sampler.h"
+#include "models/lora/inject.h"
+#include "models/lora/peft.h"
+#include "parallel/clip_grad.h"
+#include "parallel/model_parallelizer.h"
+#include "runtime/env.h"
+#include "tensor/allocator.h"
+#include "tensor/autograd/grad_mode.h"
+#include "tensor/error.h"
+#include "tensor/ops.h"
+#include "tensor/optim/adamw.h"
+#include "tensor/optim/lr_scheduler.h"
+#include "tensor/random.h"
+
+namespace dtr::train {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double seconds_since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
+
+/// The value of a scalar loss (plain or distributed).
+double scalar_value(const Tensor& t) {
+  Tensor x = t.detach();
+  if (x.is_distributed()) x = full_tensor(x);
+  return x.item<double>();
+}
+
+/// Sum of `v` over the data-parallel ranks.
+double dp_sum(const MeshContext& ctx, double v) {
+  if (ctx.dp_size <= 1) return v;
+  Tensor t = full({1}, v, TensorOptions(DType::f64));
+  ctx.dp_mesh().group(0)->all_reduce(t)->wait();
+  return t.item<double>();
+}
+
+int64_t count_labels(const std::vector<data::Sample>& all, const std::vector<int64_t>& idx) {
+  int64_t n = 0;
+  for (int64_t i : idx)
+    for (int32_t l : all[i].labels) n += l != data::kIgnoreIndex;
+  return n;
+}
+
+std::vector<data::Sample> gather(const std::vector<data::Sample>& all, const std::vector<int64_t>& idx, size_t begin,
+                                 size_t count) {
+  std::vector<data::Sample> out;
+  for (size_t i = begin; i < begin + count; ++i) out.push_back(all[idx[i]]);
+  return out;
+}
+
+std::unique_ptr<optim::LRScheduler> make_scheduler(const Recipe& r, optim::Optimizer& opt, int64_t total_steps) {
+  const auto& l = r.lr_scheduler;
+  const int64_t decay = l.lr_decay_steps > 0 ? l.lr_decay_steps : total_steps;
+  const int64_t warmup = std::min(l.lr_warmup_steps, decay);
+  if (l.lr_decay_style == "constant") return std::make_unique<optim::ConstantLR>(opt, r.optimizer.lr);
+  if (l.lr_decay_style == "linear")
+    return std::make_unique<optim::WarmupLinearLR>(opt, r.optimizer.lr, l.min_lr, warmup, decay);
+  return std::make_unique<optim::WarmupCosineLR>(opt, r.optimizer.lr, l.min_lr, warmup, decay);
+}
+
+struct Trainer {
+  const Recipe& r;
+  const TrainOptions& opt;
+  Plan& plan;
+  std::vector<data::Sample>& train_set;
+  std::vector<data::Sample>& val_set;
+  int rank = 0, world = 1;
+
+  /// Token-mean validation loss over the validation batches (every dp rank its slice).
+  double validate(LlamaForCausalLM& model) {
+    const MeshContext& ctx = plan.mesh;
+    const int64_t per = r.step_scheduler.local_batch_size * plan.dp_size;
+    int64_t vb = std::min<int64_t>(r.step_scheduler.global_batch_size, val_set.size());
+    vb = vb / per * per;
+    if (vb == 0) return -1;
+    int64_t nb = static_cast<int64_t>(val_set.size()) / vb;
+    if (r.step_scheduler.val_batches > 0) nb = std::min(nb, r.step_scheduler.val_batches);
+    const int64_t share = vb / plan.dp_size, dpr = ctx.dp_rank();
+    model.eval();
+    NoGradGuard no_grad;
+    double sum = 0, tokens = 0;
+    for (int64_t b = 0; b < nb; ++b) {
+      std::vector<int64_t> idx(share);
+      for (int64_t i = 0; i < share; ++i) idx[i] = b * vb + dpr * share + i;
+      for (int64_t m = 0; m < share; m += r.step_scheduler.local_batch_size) {
+        data::Batch batch = data::collate(gather(val_set, idx, m, r.step_scheduler.local_batch_size));
+        if (batch.num_label_tokens == 0) continue;
+        Tensor logits = model.call(batch.input_ids);
+        sum += scalar_value(causal_lm_loss(logits, batch.labels, false)) * batch.num_label_tokens;
+        tokens += batch.num_label_tokens;
+      }
+    }
+    model.train();
+    sum = dp_sum(ctx, sum);
+    tokens = dp_sum(ctx, tokens);
+    return tokens > 0 ? sum / tokens : -1;
+  }
+
+  int run() {
+    MeshContext& ctx = plan.mesh;
+    ctx.build_mesh();
+    DeviceMesh world_mesh = DeviceMesh::world("train_world");
+    ProcessGroup& wg = *world_mesh.group(0);
+    ProgressPrinter progress;
+    auto note = [&](const std::string& s) {
+      if (rank == 0) progress.note(s);
+    };
+
+    auto t_build = Clock::now();
+    auto model = build_model(r, plan);
+    int64_t total = 0, trainable = 0;
+    for (const auto& [n, p] : model->named_parameters()) {
+      total += p.numel();
+      if (p.requires_grad()) trainable += p.numel();
+    }
+    parallelize_model(*model, ctx);
+    NamedParams params;
+    std::vector<Tensor> plist;
+    for (const auto& [n, p] : model->named_parameters())
+      if (p.requires_grad()) {
+        params.push_back({n, p});
+        plist.push_back(p);
+      }
+    DTR_CHECK(!params.empty(), "model: no trainable parameters (peft matched nothing?)");
+    char buf[512];
+    std::snprintf(buf, sizeof buf, "model ready in %.1fs: %lld params, %lld trainable (%.3f%%); mesh %s",
+                  seconds_since(t_build), (long long)total, (long long)trainable, 100.0 * trainable / total,
+                  ctx.str().c_str());
+    note(buf);
+
+    optim::AdamWOptions ao;
+    ao.lr = r.optimizer.lr;
+    ao.beta1 = r.optimizer.beta1;
+    ao.beta2 = r.optimizer.beta2;
+    ao.eps = r.optimizer.eps;
+    ao.weight_decay = r.optimizer.weight_decay;
+    optim::AdamW optimizer(plist, ao);
+
+    const auto& st = r.step_scheduler;
+    data::DistributedSampler sampler(static_cast<int64_t>(train_set.size()), st.global_batch_size,
+                                     static_cast<int>(ctx.dp_rank()), static_cast<int>(plan.dp_size), r.seed,
+                                     r.dataset.shuffle);
+    const int64_t total_steps = st.max_steps > 0 ? st.max_steps : st.num_epochs * sampler.batches_per_epoch();
+    auto sched = make_scheduler(r, optimizer, total_steps);
+    manual_seed(r.seed + 2);  // dropout stream
+
+    int64_t step = 0;
+    if (r.checkpoint.enabled && !opt.no_resume) {
+      if (auto dir = find_latest_checkpoint(r.checkpoint.checkpoint_dir)) {
+        nlohmann::json extra = load_checkpoint(*dir, params, optimizer);
+        step = extra.at("step").get<int64_t>();
+        sampler.load_state_dict(extra.at("sampler"));
+        set_generator_state({extra.at("rng").at("seed").get<uint64_t>(), extra.at("rng").at("offset").get<uint64_t>()});
+        sched->set_step(extra.at("lr_step").get<int64_t>());
+        note("resumed from " + *dir + " (step " + std::to_string(step) + ")");
+      }
+    }
+    sched->set_step(step);
+
+    std::unique_ptr<MetricsWriter> metrics;
+    if (rank == 0) metrics = std::make_unique<MetricsWriter>(r.logging.metrics_file, step);
+    const double peak_flops = r.logging.peak_tflops > 0 ? r.logging.peak_tflops * 1e12 : measure_sgemm_peak_flops();
+    const double seq = static_cast<double>(r.dataset.seq_len);
+    const double max_norm = r.optimizer.max_grad_norm > 0 ? r.optimizer.max_grad_norm
+                                                           : std::numeric_limits<double>::infinity();
+
+    auto save = [&](int64_t s) {
+      nlohmann::json extra;
+      extra["step"] = s;
+      extra["sampler"] = sampler.state_dict();
+      const auto g = generator_state();
+      extra["rng"] = {{"seed", g.seed}, {"offset", g.offset}};
+      extra["lr_step"] = sched->last_step();
+      extra["mesh"] = ctx.str();
+      extra["recipe"] = dump_recipe(r);
+      save_checkpoint(r.checkpoint.checkpoint_dir, s, params, optimizer, extra, r.checkpoint.keep_last, wg);
+      note("checkpoint " + r.checkpoint.checkpoint_dir + "/step_" + std::to_string(s));
+    };
+
+    const bool has_val = r.validation_dataset.enabled && !val_set.empty();
+    const int64_t first = step;
+    double time_sum = 0, last_loss = NAN, last_val = NAN;
+    int64_t last_saved = step;
+    model->train();
+    while (step < total_steps) {
+      const auto t0 = Clock::now();
+      const data::SamplerState ss = sampler.state();
+      const int64_t n_global = count_labels(train_set, sampler.global_batch(ss.epoch, ss.batch));
+      DTR_CHECK(n_global > 0, "dataset: global batch ", ss.batch, " of epoch ", ss.epoch, " has no label tokens");
+      const std::vector<int64_t> mine = sampler.next();
+      double loss_sum = 0;
+      for (int64_t m = 0; m < plan.grad_accum; ++m) {
+        set_model_gradient_sync(*model, ctx, m + 1 == plan.grad_accum);
+        data::Batch batch = data::collate(gather(train_set, mine, m * st.local_batch_size, st.local_batch_size));
+        if (batch.num_label_tokens == 0) {
+          // Nothing to learn here, but FSDP still needs the collective forward/backward.
+          Tensor logits = model->call(batch.input_ids);
+          Tensor zero = mul(sum(logits), 0.0);
+          zero.backward();
+          continue;
+        }
+        Tensor logits = model->call(batch.input_ids);
+        Tensor loss = causal_lm_loss(logits, batch.labels, false);
+        const double w = static_cast<double>(batch.num_label_tokens) * plan.dp_size / n_global;
+        mul(loss, w).backward();
+        loss_sum += scalar_value(loss) * batch.num_label_tokens;
+      }
+      finish_model_backward(*model, ctx);
+      const double grad_norm = clip_grad_norm(plist, max_norm);
+      optimizer.step();
+      optimizer.zero_grad();
+      sched->step();
+      ++step;
+      const double loss = dp_sum(ctx, loss_sum) / n_global;
+      last_loss = loss;
+      const double dt = seconds_since(t0);
+      time_sum += dt;
+
+      double val = -1;
+      if (has_val && st.val_every_steps > 0 && step % st.val_every_steps == 0) val = validate(*model);
+      const int64_t peak = all_ranks_max(memory_stats().peak);
+      if (rank == 0) {
+        StepMetrics m;
+        m.step = step;
+        m.total_steps = total_steps;
+        m.loss = loss;
+        m.lr = optimizer.lr();
+        m.grad_norm = grad_norm;
+        m.step_time_s = dt;
+        m.tokens_per_s = st.global_batch_size * seq / dt;
+        m.mfu = mfu_estimate(static_cast<double>(total), m.tokens_per_s, peak_flops, world);
+        m.peak_mem_gib = static_cast<double>(peak) / (1024.0 * 1024.0 * 1024.0);
+        m.eta_s = time_sum / static_cast<double>(step - first) * static_cast<double>(total_steps - step);
+        m.label_tokens = n_global;
+        nlohmann::json j = {{"step", step},         {"loss", loss},         {"lr", m.lr},
+                            {"grad_norm", grad_norm}, {"tokens_per_s", m.tokens_per_s}, {"mfu", m.mfu},
+                            {"peak_mem_bytes", peak}, {"step_time_s", dt},   {"label_tokens", n_global},
+                            {"epoch", ss.epoch}};
+        if (val >= 0) j["val_loss"] = val;
+        metrics->write(j);
+        if (step % r.logging.every_steps == 0 || step == total_steps) progress.step(m);
+        if (val >= 0) {
+          std::snprintf(buf, sizeof buf, "step %lld: validation loss %.4f", (long long)step, val);
+          progress.note(buf);
+        }
+      }
+      if (val >= 0) last_val = val;
+      if (r.checkpoint.enabled && st.ckpt_every_steps > 0 && step % st.ckpt_every_steps == 0) {
+        save(step);
+        last_saved = step;
+      }
+      if (opt.stop_after > 0 && step >= opt.stop_after && step < total_steps) {
+        if (rank == 0) progress.finish();
+        note("stopping after step " + std::to_string(step) + " (--stop-after)");
+        return 0;
+      }
+    }
+    if (rank == 0) progress.finish();
+
+    if (has_val && (st.val_every_steps == 0 || step % st.val_every_steps != 0) && step > first) {
+      const double val = validate(*model);
+      last_val = val;
+      if (rank == 0 && val >= 0) {
+        metrics->write({{"step", step}, {"val_loss", val}});
+        std::snprintf(buf, sizeof buf, "step %lld: validation loss %.4f", (long long)step, val);
+        progress.note(buf);
+      }
+    }
+    if (r.checkpoint.enabled && last_saved != step) save(step);
+
+    // Exports: full tensors on every rank (collective), written by rank 0.
+    auto gather_params = [&](bool trainable_only) {
+      std::vector<std::pair<std::string, Tensor>> full;
+      for (const auto& [n, p] : model->named_parameters()) {
+        if (trainable_only && !is_lora_parameter(n)) continue;
+        if (p.is_distributed()) full.push_back({n, full_tensor(p.detach())});
+      }
+      if (rank == 0)
+        for (const auto& [n, t] : full) model->set_parameter(n, t);
+    };
+    if (r.peft.enabled) {
+      gather_params(true);
+      if (rank == 0) {
+        save_peft_adapter(*model, r.checkpoint.adapter_dir, r.model.path);
+        note("PEFT adapter: " + r.checkpoint.adapter_dir);
+      }
+    }
+    if (r.checkpoint.save_consolidated) {
+      gather_params(false);
+      const std::string dir = r.checkpoint.checkpoint_dir + "/consolidated";
+      if (rank == 0) {
+        save_merged_model(*model, dir);
+        note("merged HF safetensors: " + dir);
+      }
+    }
+    if (rank == 0) {
+      if (plot_loss_png(r.logging.metrics_file, r.logging.plot_file)) note("loss curve: " + r.logging.plot_file);
+      std::snprintf(buf, sizeof buf, "done: %lld steps, train loss %.4f%s, metrics %s", (long long)step, last_loss,
+                    std::isnan(last_val) ? "" : (", validation loss " + std::to_string(last_val)).c_str(),
+                    r.logging.metrics_file.c_str());
+      note(buf);
+    }
+    wg.barrier()->wait();
+    return 0;
+  }
+};
+
+}  // namespace
+
+int run_training(const Recipe& r, const TrainOptions& opt) {
+  const int rank = dtr::rank(), world = dtr::world_size();
+  Plan plan;
+  std::vector<data::Sample> train_set, val_set;
+  try {
+    plan = make_plan(r, world);
+    if (opt.dry_run) {
+      if (rank == 0) std::printf("%s", dry_run_report(r, plan).c_str());
+      return 0;
+    }
+    train_set = load_samples(r, r.dataset, "dataset");
+    if (r.validation_dataset.enabled) val_set = load_samples(r, r.validation_dataset, "validation_dataset");
+    DTR_CHECK(static_cast<int64_t>(train_set.size()) >= r.step_scheduler.global_batch_size, "dataset: ",
+              train_set.size(), " samples are fewer than step_scheduler.global_batch_size=",
+              r.step_scheduler.global_batch_size, " (", r.dataset.paths.front(), ")");
+    int64_t max_id = 0;
+    for (const auto& s : train_set)
+      for (int32_t t : s.input_ids) max_id = std::max<int64_t>(max_id, t);
+    DTR_CHECK(max_id < plan.config.vocab_size, "dataset: token id ", max_id, " >= the model's vocab_size=",
+              plan.config.vocab_size, " (", plan.model_source, "; dataset.tokenizer does not match the model)");
+  } catch (const std::exception& e) {
+    if (rank == 0) std::fprintf(stderr, "dtr-train: error: %s\n", e.what());
+    return 1;
+  }
+  try {
+    Trainer t{r, opt, plan, train_set, val_set, rank, world};
+    return t.run();
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "[rank %d] dtr-train: error: %s\n", rank, e.what());
+    std::fflush(stderr);
+    if (world > 1) abort_job("dtr-train failed");
+    return 1;
+  }
+}
+
+}  // namespace dtr::train

@@ -1,0 +1,37 @@
+#pragma once
+// The training loop of dtr-train.
+//
+// Step (one optimizer update over global_batch_size samples):
+//   - the DistributedSampler gives every dp rank its contiguous slice of the same global batch;
+//     the slice is cut into grad_accum micro-batches of local_batch_size;
+//   - loss = token mean of next-token cross entropy over the whole global batch: micro-batch
+//     mean losses are weighted by n_micro / N_global (label tokens of the micro-batch / of the
+//     global batch, both known on every rank from the sampler) and by dp, because the data-
+//     parallel gradient reduction averages over dp. So the gradient and the reported loss do not
+//     depend on dp or accumulation;
+//   - gradient sync only on the last micro-batch; finish_model_backward; clip_grad_norm over the
+//     trainable parameters (optimizer.max_grad_norm, 0 = report the norm only); AdamW; LR step.
+// Checkpoints (checkpoint.h) every ckpt_every_steps and at the end; a run resumes from the
+// newest complete checkpoint under checkpoint_dir and continues the same loss trajectory.
+#include <cstdint>
+
+#include "apps/train/recipe.h"
+
+namespace dtr::train {
+
+struct TrainOptions {
+  bool dry_run = false;
+  /// > 0: leave the loop (without final save / export) once this global step is done, as if
+  /// the job were killed there (tests of resume).
+  int64_t stop_after = 0;
+  /// Ignore existing checkpoints (start from step 0).
+  bool no_resume = false;
+};
+
+/// Runs dtr-train on this rank (dtr::init must have run). Returns the process exit code.
+/// Recipe errors found before the model is allocated: rank 0 prints one line
+/// "dtr-train: error: ..." and every rank returns 1. Errors during training: the rank prints
+/// "[rank N] dtr-train: error: ..." and aborts the job.
+int run_training(const Recipe& recipe, const TrainOptions& options);
+
+}  // namespace dtr::train

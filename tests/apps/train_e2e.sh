@@ -1,0 +1,115 @@
+#!/usr/bin/env bash
+# End-to-end tests of dtr-train on the CI recipes (configs/ci/*.yaml), run from the repo root:
+#   train_e2e.sh meshes|resume|errors DTR_TRAIN COMPARE_METRICS [MPIRUN]
+# meshes: the same 20-step LoRA recipe on 1 rank, dp 2 (FSDP), tp 2, tp 3, HSDP 2x2 and dp 2 x tp 2
+#         gives the same loss sequence within LOSS_RTOL (f32; see below). dp 2 x tp 2 is skipped
+#         while parallelize_model rejects FSDP + TP ("not built yet").
+# resume: a run stopped after step 13 (--stop-after) and rerun resumes from step_10 and
+#         reproduces the uninterrupted run's losses 11..20 bit for bit; a run whose rank 1 is
+#         SIGKILLed ends within a bounded time, keeps its last complete checkpoint and resumes
+#         likewise; a dp-2 checkpoint resumed on tp 2 continues within LOSS_RTOL.
+# errors: bad recipes under mpirun give exactly one "dtr-train: error:" line and exit != 0.
+set -uo pipefail
+mode="$1"; TRAIN="$2"; CMP="$3"; MPIRUN="${4:-mpirun}"
+# f32 tolerance on the loss over 20 AdamW steps: TP sums partial products in another order
+# and FSDP reduce-scatters gradients (sum order differs), ~1e-7 relative per op; AdamW's
+# normalisation by sqrt(v) passes these differences on undamped, so after 20 steps the loss
+# differs by up to ~1e-5 relative (measured max 2.6e-6, see ARCHITECTURE/report).
+LOSS_RTOL=2e-5
+ROOT_FLAG=""; [ "$(id -u)" -eq 0 ] && ROOT_FLAG="--allow-run-as-root"
+run() {  # run NP CONFIG [args...]
+  local np="$1"; shift
+  "$MPIRUN" -np "$np" --oversubscribe $ROOT_FLAG --mca btl self,vader,tcp --bind-to none "$TRAIN" --config "$@"
+}
+fail() { echo "FAIL: $*"; exit 1; }
+out=out/ci
+
+case "$mode" in
+meshes)
+  rm -rf $out/single && run 1 configs/ci/single.yaml > /dev/null || fail "single run"
+  for spec in dp:2 tp:2 tp3:3 hsdp:4 dp_tp:4; do
+    name="${spec%%:*}"; np="${spec##*:}"
+    rm -rf "$out/$name"
+    log=$(run "$np" "configs/ci/$name.yaml" 2>&1)
+    if [ $? -ne 0 ]; then
+      if [ "$name" = dp_tp ] && grep -q "not built yet" <<<"$log"; then
+        echo "SKIP dp_tp: $(grep -m1 'dtr-train: error' <<<"$log")"; continue
+      fi
+      echo "$log" | tail -20; fail "$name run"
+    fi
+    echo "== $name ($np ranks) vs single"
+    "$CMP" "$out/single/metrics.jsonl" "$out/$name/metrics.jsonl" --rtol $LOSS_RTOL || fail "$name losses"
+    "$CMP" "$out/single/metrics.jsonl" "$out/$name/metrics.jsonl" --rtol $LOSS_RTOL --key val_loss > /dev/null ||
+      fail "$name validation losses"
+  done
+  [ -f "$out/single/adapter/adapter_model.safetensors" ] || fail "no adapter written"
+  [ -f "$out/dp/adapter/adapter_config.json" ] || fail "no adapter written by the dp run"
+  ;;
+resume)
+  common=(--set step_scheduler.ckpt_every_steps=5 --set checkpoint.keep_last=3)
+  d=$out/resume
+  rm -rf $d && mkdir -p $d
+  run 2 configs/ci/dp.yaml "${common[@]}" --set checkpoint.checkpoint_dir=$d/full > /dev/null || fail "full run"
+  # 1. stop after step 13, rerun: resumes from step_10
+  run 2 configs/ci/dp.yaml "${common[@]}" --set checkpoint.checkpoint_dir=$d/stop --stop-after 13 > /dev/null ||
+    fail "stopped run"
+  [ -f $d/stop/step_10/metadata.json ] || fail "step_10 missing"
+  log=$(run 2 configs/ci/dp.yaml "${common[@]}" --set checkpoint.checkpoint_dir=$d/stop 2>&1) || fail "resumed run"
+  grep -q "resumed from $d/stop/step_10" <<<"$log" || { echo "$log"; fail "did not resume from step_10"; }
+  echo "== stop after 13 + resume vs uninterrupted (exact)"
+  "$CMP" $d/full/metrics.jsonl $d/stop/metrics.jsonl --from 1 --to 20 --rtol 0 || fail "resumed losses differ"
+  # 2. SIGKILL rank 1 mid-run
+  run 2 configs/ci/dp.yaml "${common[@]}" --set checkpoint.checkpoint_dir=$d/kill \
+      --set step_scheduler.max_steps=400 > $d/kill.log 2>&1 &
+  mpipid=$!
+  for _ in $(seq 600); do
+    [ -d $d/kill/step_10 ] && break; sleep 0.1
+  done
+  [ -d $d/kill/step_10 ] || fail "no step_10 before kill"
+  victim=$(pgrep -P $mpipid -f dtr-train | tail -1)
+  [ -n "$victim" ] || fail "no rank process found"
+  start=$(date +%s)
+  kill -9 "$victim"
+  for _ in $(seq 120); do kill -0 $mpipid 2>/dev/null || break; sleep 0.5; done
+  if kill -0 $mpipid 2>/dev/null; then kill -9 $mpipid; fail "job still running 60 s after SIGKILL"; fi
+  echo "job ended $(( $(date +%s) - start )) s after SIGKILL of one rank"
+  last=$(ls -d $d/kill/step_* | sed 's/.*step_//' | sort -n | tail -1)
+  [ -f "$d/kill/step_$last/metadata.json" ] || fail "last checkpoint step_$last incomplete"
+  echo "last complete checkpoint: step_$last"
+  # rerun with the same 400-step schedule for comparability, stop at 20
+  log=$(run 2 configs/ci/dp.yaml "${common[@]}" --set checkpoint.checkpoint_dir=$d/kill \
+        --set step_scheduler.max_steps=400 --stop-after $((last + 5)) 2>&1) || { echo "$log"; fail "rerun after kill"; }
+  grep -q "resumed from $d/kill/step_$last" <<<"$log" || { echo "$log"; fail "did not resume after kill"; }
+  run 2 configs/ci/dp.yaml "${common[@]}" --set checkpoint.checkpoint_dir=$d/kill_ref \
+      --set step_scheduler.max_steps=400 --stop-after $((last + 5)) > /dev/null || fail "reference run"
+  echo "== killed + resumed vs uninterrupted (exact)"
+  "$CMP" $d/kill_ref/metrics.jsonl $d/kill/metrics.jsonl --from 1 --to $((last + 5)) --rtol 0 || fail "losses after kill"
+  # 3. dp 2 checkpoint resumed on tp 2
+  mkdir -p $d/cross && cp -r $d/full/step_10 $d/cross/
+  log=$(run 2 configs/ci/tp.yaml "${common[@]}" --set checkpoint.checkpoint_dir=$d/cross 2>&1) || { echo "$log"; fail "cross-mesh resume"; }
+  grep -q "resumed from $d/cross/step_10" <<<"$log" || { echo "$log"; fail "did not resume on tp 2"; }
+  echo "== dp 2 checkpoint resumed on tp 2 vs uninterrupted dp 2"
+  "$CMP" $d/full/metrics.jsonl $d/cross/metrics.jsonl --from 11 --to 20 --rtol $LOSS_RTOL || fail "cross-mesh losses"
+  ;;
+errors)
+  check() {  # check NP expected-substring --set ...
+    local np="$1" want="$2"; shift 2
+    local err rc
+    err=$(run "$np" configs/ci/single.yaml --set checkpoint.enabled=false "$@" 2>&1 >/dev/null); rc=$?
+    local n; n=$(grep -c "dtr-train: error:" <<<"$err")
+    [ $rc -ne 0 ] || fail "exit code 0 for $*"
+    [ "$n" -eq 1 ] || { echo "$err"; fail "$n error lines for $*"; }
+    grep -q -- "$want" <<<"$err" || { echo "$err"; fail "message for $* lacks '$want'"; }
+    echo "ok ($np ranks, $*): $(grep 'dtr-train: error:' <<<"$err")"
+  }
+  check 2 "unknown key optimizer.lrr" --set optimizer.lrr=1
+  check 2 "expected an integer" --set step_scheduler.max_steps=many
+  check 2 "optimizer.lr must be >= 0" --set optimizer.lr=-1
+  check 3 "mesh\|world\|dp_size" --set distributed.dp_size=2 --set distributed.tp_size=2
+  check 4 "tp_size=4 does not divide num_attention_heads=6" --set distributed.tp_size=4 --set distributed.dp_size=1
+  check 2 "no such file or directory" --set model.path=data/missing.gguf
+  check 2 "is not divisible by step_scheduler.local_batch_size=2 x dp_size=2" --set step_scheduler.global_batch_size=6
+  ;;
+*) fail "unknown mode $mode" ;;
+esac
+echo PASS
