@@ -4,6 +4,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <algorithm>
 #include <string>
 #include <vector>
 
@@ -177,14 +178,17 @@ int bench_fsdp(int argc, char** argv) {
                 static_cast<long long>(c.seq), static_cast<long long>(numel), mib(numel * 4), c.reshard ? 1 : 0,
                 c.steps);
     std::printf("theory per rank: bytes/step %.3f MiB (all-gather %.3f + reduce-scatter %.3f); sharded state "
-                "(p+g+adam) %.3f MiB vs dp=1 %.3f MiB; unsharded window root + (1+prefetch) blocks\n",
+                "(p+g+adam) %.3f MiB vs dp=1 %.3f MiB; unsharded window root + (1+prefetch) blocks (all with --no-reshard)\n",
                 mib((ag + rs) * 4), mib(ag * 4), mib(rs * 4), mib(state * 4), mib(numel * 16));
     std::printf("%-10s %10s %14s %14s %8s %12s %14s %10s\n", "prefetch", "step ms", "bytes/step MiB", "theory MiB",
                 "ratio", "peak MiB", "state+window", "exposed");
   }
   for (int prefetch : {1, 0}) {
     const Result r = run(c, prefetch, mesh);
-    const int64_t window = (root_full + (1 + prefetch) * largest_unit) * 4 * 2;  // unsharded + gather buffer
+    // Unsharded parameters + the all-gather output buffer: root + (1 + prefetch) blocks when
+    // resharding after forward, every block otherwise.
+    const int64_t blocks = c.reshard ? std::min<int64_t>(1 + prefetch, c.layers) : c.layers;
+    const int64_t window = (root_full + blocks * largest_unit) * 4 * 2;
     if (rank() == 0)
       std::printf("%-10d %10.2f %14.3f %14.3f %8.4f %12.2f %14.2f %9.1f%%\n", prefetch, r.step_s * 1e3, mib(r.bytes),
                   mib((ag + rs) * 4), static_cast<double>(r.bytes) / static_cast<double>((ag + rs) * 4), mib(r.peak),
