@@ -7,6 +7,7 @@
 
 #include "bench/collectives.h"
 #include "bench/dtensor_overhead.h"
+#include "bench/fsdp.h"
 #include "bench/gemm.h"
 #include "bench/ops.h"
 #include "runtime/env.h"
@@ -18,6 +19,7 @@ int main(int argc, char** argv) {
       {"ops", dtr::bench::bench_ops},
       {"dtensor", dtr::bench::bench_dtensor},
       {"collectives", dtr::bench::bench_collectives},
+      {"fsdp", dtr::bench::bench_fsdp},
   };
   if (argc < 2 || !benches.count(argv[1])) {
     std::fprintf(stderr, "usage: dtr-bench <name> [args]   names:");

@@ -62,6 +62,12 @@ Chunk chunk_of(int64_t size, int64_t n, int64_t idx) {
   return {end - start, end > start ? start : size};
 }
 
+int64_t strided_local_size(int64_t size, int64_t sf, int64_t n, int64_t r) {
+  int64_t total = 0;
+  for (int64_t b = 0; b < sf; ++b) total += chunk_of(chunk_of(size, sf, b).size, n, r).size;
+  return total;
+}
+
 Placements normalize_placements(const Placements& p, int64_t ndim, const char* op) {
   Placements out = p;
   for (auto& pl : out) {
@@ -94,16 +100,12 @@ void local_shape_and_offset(const Shape& global_shape, const Shape& mesh_shape, 
       }
       local_shape[d] = c.size;
     } else {
-      // StridedShard: size = sum over the split_factor blocks of this rank's chunk of each.
+      // StridedShard: this rank's piece of each of the split_factor blocks. The rows are not
+      // one range; the offset reported is that of the first piece.
       const int64_t sf = p.split_factor;
-      int64_t total = 0;
-      for (int64_t b = 0; b < sf; ++b) {
-        const Chunk blk = chunk_of(local_shape[d], sf, b);
-        total += chunk_of(blk.size, n, coordinate[i]).size;
-      }
       const Chunk first = chunk_of(chunk_of(local_shape[d], sf, 0).size, n, coordinate[i]);
       offset[d] += first.offset;
-      local_shape[d] = total;
+      local_shape[d] = strided_local_size(local_shape[d], sf, n, coordinate[i]);
     }
   }
 }

@@ -60,6 +60,12 @@ struct Chunk {
 };
 Chunk chunk_of(int64_t size, int64_t n, int64_t idx);
 
+/// Rows rank `r` of `n` holds of a dim of `size` placed StridedShard(sf): the dim is split into
+/// sf blocks (torch.chunk) and the rank takes its torch.chunk piece of every block.
+int64_t strided_local_size(int64_t size, int64_t sf, int64_t n, int64_t r);
+/// True when `p` shards tensor dim `d` (Shard or StridedShard).
+inline bool shards_dim(const Placement& p, int64_t d) { return p.shards() && p.dim == d; }
+
 /// Normalises negative shard dims against `ndim`; errors name the placement and shape.
 Placements normalize_placements(const Placements& p, int64_t ndim, const char* op);
 

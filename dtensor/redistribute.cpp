@@ -1,5 +1,6 @@
 #include "dtensor/redistribute.h"
 
+#include <algorithm>
 #include <iostream>
 
 #include "dtensor/comm_debug.h"
@@ -14,8 +15,11 @@ namespace {
 int64_t level_size(const DTensorSpec& s, const Placements& cur, int level, int64_t d) {
   int64_t size = s.shape[d];
   const auto coord = s.mesh.get_coordinate();
-  for (int i = 0; i < level; ++i)
+  for (int i = 0; i < level; ++i) {
     if (cur[i].is_shard(d)) size = chunk_of(size, s.mesh.size(i), coord[i]).size;
+    else if (cur[i].is_strided_shard() && cur[i].dim == d)
+      size = strided_local_size(size, cur[i].split_factor, s.mesh.size(i), coord[i]);
+  }
   return size;
 }
 
@@ -54,6 +58,46 @@ Tensor all_gather_dim(const Tensor& local, ProcessGroup& g, int64_t d, int64_t f
   comm_debug_note(CommKind::all_gather);
   g.all_gather(out, x)->wait();
   return out.narrow(0, 0, full).permute(inverse_perm(perm)).contiguous();
+}
+
+/// StridedShard(d, sf) -> Replicate: gather every rank's pieces (padded to the largest local
+/// size) and put them back block by block: block b = [piece(b, 0), piece(b, 1), ...].
+Tensor strided_all_gather_dim(const Tensor& local, ProcessGroup& g, int64_t d, int64_t full, int64_t sf) {
+  const int64_t n = g.size();
+  int64_t max_local = 0;
+  for (int64_t r = 0; r < n; ++r) max_local = std::max(max_local, strided_local_size(full, sf, n, r));
+  Shape perm = move_to_front_perm(local.dim(), d);
+  Tensor x = pad_dim(local.permute(perm).contiguous(), 0, max_local).contiguous();
+  Shape os = x.sizes();
+  os[0] = n * max_local;
+  Tensor out = empty(os, TensorOptions(x.dtype()).with_device(x.device()));
+  comm_debug_note(CommKind::all_gather);
+  g.all_gather(out, x)->wait();
+  std::vector<Tensor> pieces;
+  std::vector<int64_t> used(n, 0);  // rows of rank r consumed so far
+  for (int64_t b = 0; b < sf; ++b) {
+    const int64_t block = chunk_of(full, sf, b).size;
+    for (int64_t r = 0; r < n; ++r) {
+      const int64_t len = chunk_of(block, n, r).size;
+      if (len > 0) pieces.push_back(out.narrow(0, r * max_local + used[r], len));
+      used[r] += len;
+    }
+  }
+  Tensor whole = pieces.empty() ? out.narrow(0, 0, 0) : cat(pieces, 0);
+  return whole.permute(inverse_perm(perm)).contiguous();
+}
+
+/// Replicate -> StridedShard(d, sf): this rank's piece of every block, concatenated.
+Tensor strided_local_split(const Tensor& local, int64_t n, int64_t r, int64_t d, int64_t sf) {
+  const int64_t full = local.sizes()[d];
+  std::vector<Tensor> pieces;
+  for (int64_t b = 0; b < sf; ++b) {
+    const Chunk blk = chunk_of(full, sf, b);
+    const Chunk pc = chunk_of(blk.size, n, r);
+    if (pc.size > 0) pieces.push_back(local.narrow(d, blk.offset + pc.offset, pc.size));
+  }
+  if (pieces.empty()) return local.narrow(d, 0, 0).contiguous();
+  return (pieces.size() == 1 ? pieces[0] : cat(pieces, d)).contiguous();
 }
 
 Tensor reduce_scatter_dim(const Tensor& local, ProcessGroup& g, ReduceOp op, int64_t d, int64_t rank) {
@@ -136,27 +180,30 @@ std::vector<RedistributeStep> plan_redistribute(const DTensorSpec& from, const P
     DTR_CHECK(!(cur[i].shards() && to[i].is_partial()), "redistribute: ", cur[i].str(), " -> ", to[i].str(),
               " is not supported (a shard cannot become a pending reduction); from ", placements_str(cur), " to ",
               placements_str(to));
-    DTR_CHECK(!cur[i].is_strided_shard() || cur[i] == to[i],
-              "redistribute: changing a strided shard is not supported yet (", placements_str(cur), " -> ",
+    DTR_CHECK(!cur[i].is_strided_shard() || cur[i] == to[i] || to[i].is_replicate(),
+              "redistribute: a strided shard can only become Replicate (", placements_str(cur), " -> ",
+              placements_str(to), ")");
+    DTR_CHECK(!to[i].is_strided_shard() || cur[i] == to[i] || cur[i].is_replicate() || cur[i].is_shard(),
+              "redistribute: only Replicate or Shard can become a strided shard (", placements_str(cur), " -> ",
               placements_str(to), ")");
   }
   // Phase 1: right to left, unshard.
   for (int i = nd - 1; i >= 0; --i) {
-    if (!cur[i].is_shard()) continue;
+    if (!cur[i].shards()) continue;
     const int64_t d = cur[i].dim;
     bool must = cur[i] != to[i];
     if (!must) {
       // Kept shard, but a mesh dim to its left changes how d is split: unshard and reapply.
       for (int j = 0; j < i; ++j)
-        if ((cur[j].is_shard(d) && cur[j] != to[j]) || (to[j].is_shard(d) && cur[j] != to[j])) must = true;
+        if ((shards_dim(cur[j], d) && cur[j] != to[j]) || (shards_dim(to[j], d) && cur[j] != to[j])) must = true;
     }
     if (!must) continue;
     // Direct all_to_all when the target is another shard dim and nothing nested interferes.
-    if (to[i].is_shard() && to[i].dim != d) {
+    if (cur[i].is_shard() && to[i].is_shard() && to[i].dim != d) {
       const int64_t e = to[i].dim;
       bool nested = false;
       for (int j = 0; j < nd; ++j)
-        if (j != i && ((cur[j].is_shard(d) || cur[j].is_shard(e)) || (to[j].is_shard(d) || to[j].is_shard(e))))
+        if (j != i && (shards_dim(cur[j], d) || shards_dim(cur[j], e) || shards_dim(to[j], d) || shards_dim(to[j], e)))
           nested = true;
       if (!nested) {
         steps.push_back({i, cur[i], to[i]});
@@ -196,7 +243,11 @@ Tensor redistribute_local(const Tensor& local_in, const DTensorSpec& from, const
       cur[i] = b;
       continue;
     }
-    if (a.is_shard() && b.is_replicate()) {
+    if (a.is_strided_shard() && b.is_replicate()) {
+      local = strided_all_gather_dim(local, g, a.dim, level_size(from, cur, i, a.dim), a.split_factor);
+    } else if (a.is_replicate() && b.is_strided_shard()) {
+      local = strided_local_split(local, g.size(), coord[i], b.dim, b.split_factor);
+    } else if (a.is_shard() && b.is_replicate()) {
       local = all_gather_dim(local, g, a.dim, level_size(from, cur, i, a.dim));
     } else if (a.is_shard() && b.is_shard()) {
       local = all_to_all_dims(local, g, a.dim, level_size(from, cur, i, a.dim), b.dim, level_size(from, cur, i, b.dim),

@@ -161,7 +161,7 @@ Tensor LlamaForCausalLM::forward(const Tensor& ids) {
 }
 
 Tensor LlamaForCausalLM::forward_loss(const Tensor& ids, const Tensor& labels, bool shift) {
-  return causal_lm_loss(forward(ids), labels, shift);
+  return causal_lm_loss(call(ids), labels, shift);  // call(): runs the forward hooks (FSDP root, TP)
 }
 
 Tensor causal_lm_loss(const Tensor& logits, const Tensor& labels, bool shift, int64_t ignore_index) {

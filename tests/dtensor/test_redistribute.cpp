@@ -108,3 +108,32 @@ TEST_CASE("bad redistribute input raises a clear error", "[redistribute][errors]
   CHECK_THROWS_WITH(redistribute(x, {Shard(2)}), Catch::Contains("Shard(2)"));
   if (mesh.size() > 1) CHECK_THROWS_WITH(redistribute(x, {Partial()}), Catch::Contains("not supported"));
 }
+
+TEST_CASE("strided shard (FSDP + TP on one dim) keeps rows in the right order", "[redistribute][strided]") {
+  const int w = world_size();
+  if (w == 4) {
+    // [8, 8] on dp x tp 2 x 2 with [_StridedShard(0, 2), Shard(0)]: ranks (0,0), (0,1), (1,0),
+    // (1,1) hold rows 0-1, 4-5, 2-3, 6-7 (PyTorch's FSDP + TP layout).
+    DeviceMesh mesh({2, 2}, {"dp", "tp"});
+    Tensor full = pattern({8, 8});
+    Tensor x = distribute_tensor(full, mesh, {StridedShard(0, 2), Shard(0)});
+    const int64_t first_row[4] = {0, 4, 2, 6};
+    Tensor expect = full.narrow(0, first_row[rank()], 2);
+    CHECK(max_abs_diff(local_tensor(x), expect) == 0);
+    CHECK(max_abs_diff(full_tensor(x), full) == 0);
+    // Uneven rows, and back to a plain shard.
+    Tensor u = pattern({7, 3});
+    Tensor y = distribute_tensor(u, mesh, {StridedShard(0, 2), Shard(0)});
+    CHECK(max_abs_diff(full_tensor(y), u) == 0);
+    Tensor z = redistribute(y, {Replicate(), Shard(0)});
+    CHECK(max_abs_diff(full_tensor(z), u) == 0);
+    CHECK(max_abs_diff(local_tensor(z), local_tensor(distribute_tensor(u, mesh, {Replicate(), Shard(0)}))) == 0);
+  }
+  for (const Shape& shape : {Shape{5, 2}, Shape{9, 4}}) {
+    DeviceMesh mesh = DeviceMesh::world("w");
+    Tensor full = pattern(shape);
+    Tensor x = distribute_tensor(full, mesh, {StridedShard(0, 3)});
+    CHECK(max_abs_diff(full_tensor(x), full) == 0);
+    CHECK_THROWS_WITH(redistribute(x, {Shard(1)}), Catch::Contains("strided shard can only become Replicate"));
+  }
+}
