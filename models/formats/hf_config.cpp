@@ -68,6 +68,9 @@ LlamaConfig llama_config_from_json(const json& j, const std::string& src) {
               " does not divide hidden_size = ", c.hidden_size, " (and there is no head_dim)");
   c.max_position_embeddings = opt_int(j, "max_position_embeddings", c.max_position_embeddings, src);
   c.rope_theta = opt_num(j, "rope_theta", c.rope_theta, src);
+  // transformers >= 5 writes the RoPE base under rope_parameters.rope_theta.
+  if (j.contains("rope_parameters") && j["rope_parameters"].is_object())
+    c.rope_theta = opt_num(j["rope_parameters"], "rope_theta", c.rope_theta, src + ": rope_parameters");
   c.rms_norm_eps = opt_num(j, "rms_norm_eps", c.rms_norm_eps, src);
   c.tie_word_embeddings = opt_bool(j, "tie_word_embeddings", c.tie_word_embeddings, src);
   c.attention_bias = opt_bool(j, "attention_bias", false, src);

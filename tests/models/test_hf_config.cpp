@@ -133,3 +133,10 @@ TEST_CASE("real SmolLM2 GGUF config", "[hf_config][real]") {
   CHECK(c.bos_token_id == ref.bos_token_id);
   CHECK(c.eos_token_id() == ref.eos_token_id());
 }
+
+TEST_CASE("transformers 5 config.json: rope_theta under rope_parameters", "[hf_config]") {
+  nlohmann::json j = nlohmann::json::parse(
+      R"({"hidden_size": 64, "intermediate_size": 96, "num_hidden_layers": 2, "num_attention_heads": 4,
+          "vocab_size": 128, "rope_parameters": {"rope_theta": 100000.0, "rope_type": "default"}})");
+  CHECK(llama_config_from_json(j, "config.json").rope_theta == 100000.0);
+}
