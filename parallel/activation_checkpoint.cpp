@@ -25,16 +25,6 @@ struct CallState {
   GeneratorState rng;
 };
 
-class GeneratorStateGuard {
- public:
-  explicit GeneratorStateGuard(GeneratorState s) : prev_(generator_state()) { set_generator_state(s); }
-  ~GeneratorStateGuard() { set_generator_state(prev_); }
-  GeneratorStateGuard(const GeneratorStateGuard&) = delete;
-  GeneratorStateGuard& operator=(const GeneratorStateGuard&) = delete;
-
- private:
-  GeneratorState prev_;
-};
 
 }  // namespace
 

@@ -29,4 +29,17 @@ void set_generator_state(GeneratorState s);
 /// Reserves `n` consecutive element offsets and returns the first.
 uint64_t reserve_random_offsets(uint64_t n);
 
+/// Sets the generator to `s` for its lifetime and restores the state it found (activation
+/// checkpointing recomputes with the forward's stream without disturbing training's).
+class GeneratorStateGuard {
+ public:
+  explicit GeneratorStateGuard(GeneratorState s) : prev_(generator_state()) { set_generator_state(s); }
+  ~GeneratorStateGuard() { set_generator_state(prev_); }
+  GeneratorStateGuard(const GeneratorStateGuard&) = delete;
+  GeneratorStateGuard& operator=(const GeneratorStateGuard&) = delete;
+
+ private:
+  GeneratorState prev_;
+};
+
 }  // namespace dtr

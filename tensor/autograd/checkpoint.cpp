@@ -8,18 +8,6 @@
 namespace dtr {
 namespace {
 
-/// Sets the generator to `s` for its lifetime and puts back the state it found, so the
-/// recomputation in backward neither sees nor disturbs the stream that training continues.
-class GeneratorStateGuard {
- public:
-  explicit GeneratorStateGuard(GeneratorState s) : prev_(generator_state()) { set_generator_state(s); }
-  ~GeneratorStateGuard() { set_generator_state(prev_); }
-  GeneratorStateGuard(const GeneratorStateGuard&) = delete;
-  GeneratorStateGuard& operator=(const GeneratorStateGuard&) = delete;
-
- private:
-  GeneratorState prev_;
-};
 
 }  // namespace
 
