@@ -14,6 +14,7 @@
 #include "models/lora/inject.h"
 #include "models/lora/peft.h"
 #include "parallel/clip_grad.h"
+#include "parallel/fsdp/fully_shard.h"
 #include "parallel/model_parallelizer.h"
 #include "runtime/env.h"
 #include "tensor/allocator.h"
@@ -146,6 +147,7 @@ struct Trainer {
     ao.beta2 = r.optimizer.beta2;
     ao.eps = r.optimizer.eps;
     ao.weight_decay = r.optimizer.weight_decay;
+    register_dtensor_optim_converter();  // TP-only meshes hand DTensors to the optimizer too
     optim::AdamW optimizer(plist, ao);
 
     const auto& st = r.step_scheduler;
