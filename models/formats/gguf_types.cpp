@@ -220,7 +220,10 @@ const TypeTraits& type_traits(uint32_t id, const std::string& context) {
 int64_t row_bytes(const TypeTraits& t, int64_t n, const std::string& context) {
   DTR_CHECK(n % t.block_size == 0, context, ": row of ", n, " values is not a multiple of the ", t.name,
             " block size ", t.block_size);
-  return n / t.block_size * t.type_size;
+  int64_t bytes = 0;
+  DTR_CHECK(n >= 0 && !__builtin_mul_overflow(n / t.block_size, t.type_size, &bytes), context, ": row of ", n, " ",
+            t.name, " values overflows the byte count");
+  return bytes;
 }
 
 }  // namespace dtr::gguf

@@ -335,6 +335,16 @@ TEST_CASE("corrupt GGUF files give clear errors", "[gguf][errors]") {
     std::memcpy(&bb[info + 1 + 4 + 16], &bad, 4);
     REQUIRE_THROWS_WITH(open_bytes(bb), Contains("'w'") && Contains("unknown or unsupported ggml tensor type id 77"));
   }
+  SECTION("dims whose byte size overflows") {
+    std::string bb = ok;
+    const size_t info = bb.find("w\x02\0\0\0", 0, 5);
+    REQUIRE(info != std::string::npos);
+    const uint64_t huge = 0x7fffffffffffffe0ull;  // ne0 * 4 bytes overflows int64 (found by fuzzing + UBSan)
+    std::memcpy(&bb[info + 1 + 4], &huge, 8);
+    const uint64_t one = 1;
+    std::memcpy(&bb[info + 1 + 4 + 8], &one, 8);
+    REQUIRE_THROWS_WITH(open_bytes(bb), Contains("'w'") && Contains("overflow"));
+  }
   SECTION("unknown value type") {
     std::string b = header(3, 0, 1);
     uint64_t len = 1;
