@@ -43,7 +43,11 @@ std::string format_duration(double s) {
   return buf;
 }
 
-ProgressPrinter::ProgressPrinter(FILE* out) : out_(out), tty_(isatty(fileno(out)) != 0) {}
+ProgressPrinter::ProgressPrinter(FILE* out, const std::string& mode)
+    : out_(out), tty_(mode == "bar" || (mode == "auto" && isatty(fileno(out)) != 0)) {
+  DTR_CHECK(mode == "auto" || mode == "bar" || mode == "lines", "--progress: expected auto, bar or lines, got '", mode,
+            "'");
+}
 
 void ProgressPrinter::step(const StepMetrics& m) {
   char buf[512];

@@ -35,7 +35,8 @@ double measure_sgemm_peak_flops();
 /// The progress line: "\r" overwriting on a terminal, one plain line per call otherwise.
 class ProgressPrinter {
  public:
-  explicit ProgressPrinter(FILE* out = stdout);
+  /// mode: "auto" (isatty(out)), "bar" (always \r) or "lines" (never).
+  explicit ProgressPrinter(FILE* out = stdout, const std::string& mode = "auto");
   void step(const StepMetrics& m);
   /// A line that must not be overwritten (validation results, checkpoint notes).
   void note(const std::string& line);

@@ -114,7 +114,7 @@ struct Trainer {
     ctx.build_mesh();
     DeviceMesh world_mesh = DeviceMesh::world("train_world");
     ProcessGroup& wg = *world_mesh.group(0);
-    ProgressPrinter progress;
+    ProgressPrinter progress(stdout, opt.progress);
     auto note = [&](const std::string& s) {
       if (rank == 0) progress.note(s);
     };
@@ -193,6 +193,14 @@ struct Trainer {
 
     const bool has_val = r.validation_dataset.enabled && !val_set.empty();
     const int64_t first = step;
+    if (has_val && step == 0) {  // the baseline the validation curve starts from
+      const double val = validate(*model);
+      if (rank == 0 && val >= 0) {
+        metrics->write({{"step", 0}, {"val_loss", val}});
+        std::snprintf(buf, sizeof buf, "step 0: validation loss %.4f", val);
+        progress.note(buf);
+      }
+    }
     double time_sum = 0, last_loss = NAN, last_val = NAN;
     int64_t last_saved = step;
     model->train();

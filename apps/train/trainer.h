@@ -14,6 +14,7 @@
 // Checkpoints (checkpoint.h) every ckpt_every_steps and at the end; a run resumes from the
 // newest complete checkpoint under checkpoint_dir and continues the same loss trajectory.
 #include <cstdint>
+#include <string>
 
 #include "apps/train/recipe.h"
 
@@ -26,6 +27,9 @@ struct TrainOptions {
   int64_t stop_after = 0;
   /// Ignore existing checkpoints (start from step 0).
   bool no_resume = false;
+  /// Progress display: "auto" (\r line when stdout is a terminal; note that under mpirun the
+  /// ranks' stdout is a pty, so auto gives the \r line there), "bar" or "lines".
+  std::string progress = "auto";
 };
 
 /// Runs dtr-train on this rank (dtr::init must have run). Returns the process exit code.
