@@ -7,7 +7,7 @@
 # resume: a run stopped after step 13 (--stop-after) and rerun resumes from step_10 and
 #         reproduces the uninterrupted run's losses 11..20 bit for bit; a run whose rank 1 is
 #         SIGKILLed ends within a bounded time, keeps its last complete checkpoint and resumes
-#         likewise; a dp-2 checkpoint resumed on tp 2 continues within LOSS_RTOL.
+#         likewise; a dp-2 checkpoint resumed on tp 2 and on dp 2 x tp 2 continues within LOSS_RTOL.
 # errors: bad recipes under mpirun give exactly one "dtr-train: error:" line and exit != 0.
 set -uo pipefail
 mode="$1"; TRAIN="$2"; CMP="$3"; MPIRUN="${4:-mpirun}"
@@ -93,6 +93,16 @@ resume)
   grep -q "resumed from $d/cross/step_10" <<<"$log" || { echo "$log"; fail "did not resume on tp 2"; }
   echo "== dp 2 checkpoint resumed on tp 2 vs uninterrupted dp 2"
   "$CMP" $d/full/metrics.jsonl $d/cross/metrics.jsonl --from 11 --to 20 --rtol $LOSS_RTOL || fail "cross-mesh losses"
+  # 4. the same dp 2 checkpoint resumed on dp 2 x tp 2 (4 ranks)
+  mkdir -p $d/cross4 && cp -r $d/full/step_10 $d/cross4/
+  log=$(run 4 configs/ci/dp_tp.yaml "${common[@]}" --set checkpoint.checkpoint_dir=$d/cross4 2>&1)
+  if [ $? -ne 0 ] && grep -q "not built yet" <<<"$log"; then
+    echo "SKIP dp 2 x tp 2 resume: $(grep -m1 'dtr-train: error' <<<"$log")"
+  else
+    grep -q "resumed from $d/cross4/step_10" <<<"$log" || { echo "$log"; fail "did not resume on dp 2 x tp 2"; }
+    echo "== dp 2 checkpoint resumed on dp 2 x tp 2 vs uninterrupted dp 2"
+    "$CMP" $d/full/metrics.jsonl $d/cross4/metrics.jsonl --from 11 --to 20 --rtol $LOSS_RTOL || fail "dp x tp losses"
+  fi
   ;;
 errors)
   check() {  # check NP expected-substring --set ...
