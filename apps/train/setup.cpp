@@ -1,5 +1,6 @@
 #include "apps/train/setup.h"
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -167,7 +168,12 @@ double estimate_memory(const Recipe& r, const Plan& p) {
   const double heads = static_cast<double>(c.num_attention_heads) / tp;
   const double act = tokens * L * (16.0 * H / tp + 4.0 * I / tp + heads * static_cast<double>(r.dataset.seq_len));
   m += act * 4.0 + tokens * static_cast<double>(c.vocab_size) / tp * 4.0 * 3.0;
-  return m;
+  // Every rank builds / loads the whole model before parallelize_model shards it; a loaded
+  // model also holds the file's state dict while copying it in, and while distributing the
+  // full and the sharded copies coexist.
+  const double copies = r.model.random() ? 1.0 : 2.0;
+  const double loading = static_cast<double>(p.total_params) * bytes * (copies + 1.0 / shard);
+  return std::max(m, loading);
 }
 
 std::string dry_run_report(const Recipe& r, const Plan& p) {
@@ -186,8 +192,9 @@ std::string dry_run_report(const Recipe& r, const Plan& p) {
                 (long long)p.total_params, 100.0 * static_cast<double>(p.trainable_params) / p.total_params);
   o << buf;
   std::snprintf(buf, sizeof buf,
-                "memory: ~%.1f MiB per rank (estimate: sharded params + 2 gathered layers + f32 grads and AdamW "
-                "state of trainable params + activations of one micro-batch)\n",
+                "memory: ~%.1f MiB per rank (estimate: the larger of loading (whole model, its state dict when read from a file, and its shard) and training "
+                "(sharded params + 2 gathered layers + f32 grads and AdamW state of trainable params + activations "
+                "of one micro-batch))\n",
                 p.memory_estimate_bytes / (1024.0 * 1024.0));
   o << buf;
   return o.str();

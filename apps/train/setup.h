@@ -35,7 +35,8 @@ Plan make_plan(const Recipe& r, int world_size);
 int64_t llama_param_count(const LlamaConfig& c);
 int64_t lora_param_count(const LlamaConfig& c, const PeftRecipe& peft);
 
-/// Bytes per rank, a rough upper estimate (documented in the --dry-run output):
+/// Bytes per rank, a rough estimate (documented in the --dry-run output): the larger of
+/// loading (every rank holds the whole model plus its shard while distributing) and training:
 /// sharded parameters + the gathered working set of 2 layers (FSDP) + trainable grads and
 /// AdamW state (f32, sharded) + activations of one micro-batch (per token and layer
 /// ~ 16 hidden + 4 intermediate + heads * seq values kept for backward; logits x 3).
