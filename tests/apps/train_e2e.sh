@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # End-to-end tests of dtr-train on the CI recipes (configs/ci/*.yaml), run from the repo root:
 #   train_e2e.sh meshes|resume|errors DTR_TRAIN COMPARE_METRICS [MPIRUN]
-# meshes: the same 20-step LoRA recipe on 1 rank, dp 2 (FSDP), tp 2, tp 3, HSDP 2x2 and dp 2 x tp 2
+# meshes: the same 20-step LoRA recipe on 1 rank, dp 2 (FSDP), tp 2, tp 3, HSDP 2x2, dp 2 x tp 2
+#         and tp 2 with sequence parallelism
 #         gives the same loss sequence within LOSS_RTOL (f32; see below). dp 2 x tp 2 is skipped
 #         while parallelize_model rejects FSDP + TP ("not built yet").
 # resume: a run stopped after step 13 (--stop-after) and rerun resumes from step_10 and
@@ -43,6 +44,11 @@ meshes)
     "$CMP" "$out/single/metrics.jsonl" "$out/$name/metrics.jsonl" --rtol $LOSS_RTOL --key val_loss > /dev/null ||
       fail "$name validation losses"
   done
+  rm -rf "$out/tp_sp"
+  run 2 configs/ci/tp.yaml --set distributed.sequence_parallel=true --set checkpoint.checkpoint_dir=$out/tp_sp \
+      > /dev/null || fail "tp 2 + sequence parallel run"
+  echo "== tp 2 + sequence parallel vs single"
+  "$CMP" "$out/single/metrics.jsonl" "$out/tp_sp/metrics.jsonl" --rtol $LOSS_RTOL || fail "tp_sp losses"
   [ -f "$out/single/adapter/adapter_model.safetensors" ] || fail "no adapter written"
   [ -f "$out/dp/adapter/adapter_config.json" ] || fail "no adapter written by the dp run"
   ;;
