@@ -1,0 +1,41 @@
+// dtr-convert: model format conversions.
+//   dtr-convert gguf-to-hf MODEL.gguf OUT_DIR
+//       Hugging Face directory: config.json, model.safetensors (f32, dequantised, llama.cpp's
+//       Q/K row permutation undone), tokenizer.json + tokenizer_config.json (with the chat
+//       template of the GGUF).
+//   dtr-convert merge-adapter BASE ADAPTER_DIR OUT_DIR
+//       BASE is a GGUF file or an HF directory; ADAPTER_DIR a PEFT LoRA adapter (written by
+//       dtr-train or by PEFT). Writes the merged model as an HF directory.
+// Errors: one line "dtr-convert: error: ..." naming the file or key, exit code 1.
+#include <CLI/CLI.hpp>
+#include <cstdio>
+#include <filesystem>
+
+#include "models/llama/convert.h"
+
+int main(int argc, char** argv) {
+  CLI::App app{"dtr-convert: GGUF -> Hugging Face, merge a PEFT LoRA adapter into a base model"};
+  app.require_subcommand(1);
+  std::string in, adapter, out;
+  auto* g2h = app.add_subcommand("gguf-to-hf", "GGUF file -> Hugging Face directory");
+  g2h->add_option("gguf", in, "input .gguf file")->required()->check(CLI::ExistingFile);
+  g2h->add_option("out_dir", out, "output directory")->required();
+  auto* merge = app.add_subcommand("merge-adapter", "base (GGUF or HF dir) + PEFT adapter -> merged HF directory");
+  merge->add_option("base", in, "base model: .gguf file or HF directory")->required()->check(CLI::ExistingPath);
+  merge->add_option("adapter_dir", adapter, "PEFT adapter directory")->required()->check(CLI::ExistingDirectory);
+  merge->add_option("out_dir", out, "output directory")->required();
+  CLI11_PARSE(app, argc, argv);
+  try {
+    if (*g2h) {
+      dtr::convert_gguf_to_hf(in, out);
+      std::printf("dtr-convert: wrote %s (config.json, model.safetensors, tokenizer files)\n", out.c_str());
+    } else {
+      const auto adapted = dtr::merge_adapter_to_hf(in, adapter, out);
+      std::printf("dtr-convert: merged %zu LoRA modules of %s into %s\n", adapted.size(), adapter.c_str(), out.c_str());
+    }
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "dtr-convert: error: %s\n", e.what());
+    return 1;
+  }
+  return 0;
+}

@@ -1,0 +1,68 @@
+// dtr-convert's conversions: GGUF -> HF directory reloads to the same logits and token ids;
+// base + PEFT adapter -> merged HF directory gives the logits of base + adapter.
+#include <catch2/catch.hpp>
+
+#include <filesystem>
+
+#include "gradcheck.h"
+#include "models/formats/gguf.h"
+#include "models/llama/convert.h"
+#include "models/llama/load.h"
+#include "models/lora/inject.h"
+#include "models/lora/peft.h"
+#include "models/tokenizer/bpe_tokenizer.h"
+#include "tensor/autograd/grad_mode.h"
+#include "tensor/random.h"
+
+using namespace dtr;
+namespace fs = std::filesystem;
+
+TEST_CASE("merge-adapter: merged HF directory equals base + adapter", "[convert]") {
+  const fs::path tmp = fs::temp_directory_path() / ("dtr_convert_" + std::to_string(::getpid()));
+  fs::remove_all(tmp);
+  manual_seed(5);
+  auto base = std::make_shared<LlamaForCausalLM>(llama_debug_config());
+  save_llama_hf(*base, (tmp / "base").string());
+  LoraConfig lc;
+  lc.options.r = 4;
+  apply_lora(*base, lc);
+  {
+    NoGradGuard ng;
+    for (auto& [fqn, p] : base->named_parameters())
+      if (fqn.find("lora_B") != std::string::npos) p.copy_(uniform(p.sizes(), -0.1, 0.1));
+  }
+  save_peft_adapter(*base, (tmp / "adapter").string());
+  Tensor ids = reshape(arange(0, 16, 1, TensorOptions(DType::i64)), {2, 8});
+  base->eval();
+  Tensor want = base->call(ids);
+  merge_adapter_to_hf((tmp / "base").string(), (tmp / "adapter").string(), (tmp / "merged").string());
+  auto merged = load_llama_hf((tmp / "merged").string());
+  merged->eval();
+  CHECK(dtr::testing::max_abs_diff(merged->call(ids), want) < 1e-5);
+  fs::remove_all(tmp);
+}
+
+TEST_CASE("gguf-to-hf: the HF directory reloads to the same model and tokenizer", "[convert][real]") {
+  const std::string path = "data/smollm2-135m-instruct.gguf";
+  if (!fs::exists(path)) {
+    WARN("SKIP: " << path << " is absent (run scripts/fetch-model.sh)");
+    return;
+  }
+  const fs::path out = fs::temp_directory_path() / ("dtr_gguf_hf_" + std::to_string(::getpid()));
+  fs::remove_all(out);
+  convert_gguf_to_hf(path, out.string());
+  for (const char* f : {"config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json"})
+    CHECK(fs::exists(out / f));
+  auto a = load_llama_gguf(path);
+  auto b = load_llama_hf(out.string());
+  const auto tok_a = tokenizer::BPETokenizer::from_gguf(gguf::GGUFFile::open(path));
+  const auto tok_b = tokenizer::BPETokenizer::from_hf_file((out / "tokenizer.json").string());
+  const std::string text = "What is Perl's motto? There's more than one way to do it.";
+  const auto ids_a = tok_a.encode(text);
+  CHECK(ids_a == tok_b.encode(text));
+  std::vector<int64_t> v(ids_a.begin(), ids_a.end());
+  Tensor ids = from_vector<int64_t>(v, {1, static_cast<int64_t>(v.size())});
+  NoGradGuard ng;
+  CHECK(dtr::testing::max_abs_diff(a->call(ids), b->call(ids)) == 0);
+  fs::remove_all(out);
+}
