@@ -4,6 +4,7 @@
 #include "tensor/autograd/node.h"
 #include "tensor/dispatch.h"
 #include "tensor/ops.h"
+#include "tensor/ops/shape.h"
 #include "tensor/ops/cpu/copy_kernel.h"
 
 namespace dtr {
@@ -65,12 +66,6 @@ DTR_REGISTER_KERNEL_EXACT("to_device", DeviceType::CPU, k_to_device);
 DTR_REGISTER_KERNEL_EXACT("copy_", DeviceType::CPU, k_copy_);
 DTR_REGISTER_KERNEL_EXACT("fill_", DeviceType::CPU, k_fill_);
 DTR_REGISTER_KERNEL_EXACT("slice_backward", DeviceType::CPU, k_slice_backward);
-
-void check_inplace(const Tensor& t, const char* op) {
-  DTR_CHECK(!(grad_enabled() && t.requires_grad()), op,
-            ": in-place op on a tensor that requires grad (shape ", t.sizes(),
-            "); use the out-of-place op or run it under NoGradGuard");
-}
 
 }  // namespace
 

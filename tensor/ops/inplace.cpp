@@ -37,16 +37,15 @@ std::vector<Tensor> k_mul_(const OpCall& c) {
 DTR_REGISTER_KERNEL_EXACT("add_", DeviceType::CPU, k_add_);
 DTR_REGISTER_KERNEL_EXACT("mul_", DeviceType::CPU, k_mul_);
 
-void check_inplace(const Tensor& t, const char* op) {
-  DTR_CHECK(!(grad_enabled() && t.requires_grad()), op, ": in-place op on a tensor that requires grad (shape ",
-            t.sizes(), "); run it under NoGradGuard");
+void check_inplace_floating(const Tensor& t, const char* op) {
+  check_inplace(t, op);
   DTR_CHECK(t.is_distributed() || is_floating(t.dtype()), op, ": expected a floating tensor, got ", t.dtype());
 }
 
 }  // namespace
 
 Tensor& add_(Tensor& a, const Tensor& b, double alpha) {
-  check_inplace(a, "add_");
+  check_inplace_floating(a, "add_");
   static const OpDef* op = op_def("add_");
   dispatch(OpCall{op, {a, b}, {alpha}});
   a.bump_version();
@@ -54,7 +53,7 @@ Tensor& add_(Tensor& a, const Tensor& b, double alpha) {
 }
 
 Tensor& mul_(Tensor& a, double s) {
-  check_inplace(a, "mul_");
+  check_inplace_floating(a, "mul_");
   static const OpDef* op = op_def("mul_");
   dispatch(OpCall{op, {a}, {s}});
   a.bump_version();

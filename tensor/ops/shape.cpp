@@ -2,6 +2,8 @@
 
 #include <algorithm>
 
+#include "tensor/autograd/grad_mode.h"
+
 namespace dtr {
 
 Shape broadcast_shapes(const Shape& a, const Shape& b, const char* op) {
@@ -41,6 +43,11 @@ Shape reduced_shape(const Shape& shape, const Shape& dims, bool keepdim) {
 void check_same_dtype(const Tensor& a, const Tensor& b, const char* op) {
   DTR_CHECK(a.dtype() == b.dtype(), op, ": dtype mismatch ", a.dtype(), " ", a.sizes(), " vs ", b.dtype(), " ",
             b.sizes(), " (cast one operand with .to())");
+}
+
+void check_inplace(const Tensor& t, const char* op) {
+  DTR_CHECK(!(grad_enabled() && t.requires_grad()), op, ": in-place op on a tensor that requires grad (shape ",
+            t.sizes(), "); use the out-of-place op or run it under NoGradGuard");
 }
 
 }  // namespace dtr

@@ -14,5 +14,7 @@ Shape reduction_dims(const Shape& dims, int64_t ndim, const char* op);
 Shape reduced_shape(const Shape& shape, const Shape& dims, bool keepdim);
 /// Checks that a and b have the same dtype (floating ops do not promote in dtr).
 void check_same_dtype(const Tensor& a, const Tensor& b, const char* op);
+/// In-place ops refuse tensors that require grad while grad mode is on (error names `op`).
+void check_inplace(const Tensor& t, const char* op);
 
 }  // namespace dtr
