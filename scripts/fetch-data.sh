@@ -15,7 +15,10 @@ command -v bible >/dev/null 2>&1 || need+=(bible-kjv)
 if [ ${#need[@]} -gt 0 ]; then
   echo "fetch-data: installing ${need[*]}"
   SUDO=""
-  [ "$(id -u)" -eq 0 ] || SUDO="sudo"
+  if [ "$(id -u)" -ne 0 ]; then
+    command -v sudo >/dev/null || { echo "fetch-data: error: not root and no sudo; install as root: ${need[*]}" >&2; exit 1; }
+    SUDO="sudo"
+  fi
   export DEBIAN_FRONTEND=noninteractive
   # perl-doc is diverted by a stub in some images (perldoc asks to install it); a plain
   # install is enough here. Man pages / docs may be excluded by dpkg path filters: the pod

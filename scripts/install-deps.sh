@@ -14,7 +14,8 @@ pkgs=(
   zlib1g-dev
   libopenblas-dev
   gnuplot-nox
-  python3
+  python3 python3-pip python3-venv
+  jq
 )
 missing=()
 for p in "${pkgs[@]}"; do
@@ -26,7 +27,10 @@ if [ ${#missing[@]} -eq 0 ]; then
 fi
 echo "install-deps: installing ${missing[*]}"
 SUDO=""
-[ "$(id -u)" -eq 0 ] || SUDO="sudo"
+if [ "$(id -u)" -ne 0 ]; then
+  command -v sudo >/dev/null || { echo "install-deps: error: not root and no sudo; install as root: ${missing[*]}" >&2; exit 1; }
+  SUDO="sudo"
+fi
 export DEBIAN_FRONTEND=noninteractive
 $SUDO apt-get update -qq
 $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"
