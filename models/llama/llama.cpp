@@ -69,12 +69,39 @@ Tensor LlamaAttention::forward(const Tensor& x) {
   Tensor v = transpose(view(call_child(*this, "v_proj", x), {B, T, -1, D}), 1, 2);
   DTR_CHECK(q.size(1) % k.size(1) == 0, "LlamaAttention: query heads ", q.size(1), " not a multiple of kv heads ",
             k.size(1));
-  auto [cos, sin] = rope(T, q.dtype());
+  Tensor cos, sin;
+  if (use_cache_) {
+    const int64_t past = cache_length();
+    NoGradGuard ng;
+    std::tie(cos, sin) = rope_tables(T, head_dim, rope_theta, past, q.dtype());
+  } else {
+    std::tie(cos, sin) = rope(T, q.dtype());
+  }
   q = rotary_embedding(q, cos, sin);
   k = rotary_embedding(k, cos, sin);
-  Tensor o = scaled_dot_product_attention(q, k, v, /*is_causal=*/true);  // [B, Hq, T, D]
+  if (use_cache_) {
+    DTR_CHECK(!x.requires_grad() || !grad_enabled(), "LlamaAttention: the KV cache is for inference only");
+    if (k_cache_.defined()) {
+      k = cat({k_cache_, k}, 2);
+      v = cat({v_cache_, v}, 2);
+    }
+    k_cache_ = k.contiguous();
+    v_cache_ = v.contiguous();
+  }
+  Tensor o = scaled_dot_product_attention(q, k, v, /*is_causal=*/true);  // [B, Hq, T, D], bottom-right causal
   o = reshape(transpose(o, 1, 2), {B, T, -1});
   return call_child(*this, "o_proj", o);
+}
+
+void LlamaAttention::enable_kv_cache(bool on) {
+  use_cache_ = on;
+  k_cache_ = Tensor();
+  v_cache_ = Tensor();
+}
+
+void enable_kv_cache(nn::Module& model, bool on) {
+  for (auto& [fqn, m] : model.named_modules())
+    if (auto* a = dynamic_cast<LlamaAttention*>(m.get())) a->enable_kv_cache(on);
 }
 
 // ---- MLP, block, model -------------------------------------------------------------------------

@@ -48,13 +48,25 @@ class LlamaAttention : public nn::Module {
   const int64_t head_dim;
   const double rope_theta;
 
+  /// KV cache for generation (inference only): when enabled, forward treats x as the tokens
+  /// that follow the cached ones (RoPE positions continue from the cache length) and appends
+  /// their keys / values; attention is causal, aligned bottom-right. Disabled by default.
+  void enable_kv_cache(bool on);
+  /// Cached positions (0 when disabled or reset).
+  int64_t cache_length() const { return k_cache_.defined() ? k_cache_.size(2) : 0; }
+
  private:
   /// cos/sin [T, head_dim] for positions 0..T-1, cached for the last (T, dtype).
   std::pair<Tensor, Tensor> rope(int64_t T, DType dt);
   int64_t rope_T_ = -1;
   DType rope_dt_ = DType::f32;
   Tensor rope_cos_, rope_sin_;
+  bool use_cache_ = false;
+  Tensor k_cache_, v_cache_;  // [B, Hkv, S, D]
 };
+
+/// Turns the KV cache of every attention layer of `model` on (emptied) or off.
+void enable_kv_cache(nn::Module& model, bool on);
 
 /// SwiGLU feed-forward: down_proj(silu(gate_proj(x)) * up_proj(x)). [.., hidden] -> same.
 class LlamaMLP : public nn::Module {
