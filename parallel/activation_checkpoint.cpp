@@ -5,6 +5,7 @@
 #include <unordered_map>
 
 #include "parallel/fsdp/fully_shard.h"
+#include "tensor/autograd/checkpoint.h"
 #include "tensor/autograd/grad_mode.h"
 #include "tensor/autograd/node.h"
 #include "tensor/random.h"
@@ -65,48 +66,9 @@ void checkpoint_module(nn::Module& module) {
       any_floating = any_floating || (o.defined() && is_floating(o.dtype()));
     }
     if (!any_floating) return outs;
-    std::vector<SavedTensor> saved;
-    std::vector<bool> wants;
-    for (const Tensor& x : inputs) {
-      saved.emplace_back(x);
-      wants.push_back(x.defined() && x.requires_grad());
-    }
     nn::Module* mod = &m;
-    const GeneratorState rng = cs.rng;
-    record("checkpoint", inputs, outs,
-           [mod, saved = std::move(saved), wants = std::move(wants), rng](const std::vector<Tensor>& grads,
-                                                                           const std::vector<bool>& needs) {
-             std::vector<Tensor> detached;
-             for (size_t i = 0; i < saved.size(); ++i) {
-               Tensor x = saved[i].get("checkpoint");
-               if (x.defined()) {
-                 x = x.detach();
-                 if (wants[i]) x.set_requires_grad(true);
-               }
-               detached.push_back(x);
-             }
-             std::vector<Tensor> re;
-             {
-               GeneratorStateGuard rng_guard(rng);
-               GradModeGuard grad_on(true);
-               re = mod->forward_list(detached);
-             }
-             DTR_CHECK(re.size() == grads.size(), "checkpoint: recomputation of ", mod->type_name(), " returned ",
-                       re.size(), " outputs, the forward returned ", grads.size());
-             std::vector<Tensor> roots, root_grads;
-             for (size_t i = 0; i < re.size(); ++i) {
-               if (!re[i].defined() || !grads[i].defined() || !re[i].requires_grad()) continue;
-               DTR_CHECK(re[i].sizes() == grads[i].sizes(), "checkpoint: recomputed output ", i, " of ",
-                         mod->type_name(), " has shape ", re[i].sizes(), ", the forward produced ", grads[i].sizes());
-               roots.push_back(re[i]);
-               root_grads.push_back(grads[i].dtype() == re[i].dtype() ? grads[i] : grads[i].to(re[i].dtype()));
-             }
-             if (!roots.empty()) run_backward(roots, root_grads, /*retain_graph=*/false);
-             std::vector<Tensor> result(detached.size());
-             for (size_t i = 0; i < detached.size(); ++i)
-               if (needs[i] && detached[i].defined()) result[i] = detached[i].grad();
-             return result;
-           });
+    record_checkpoint([mod](const std::vector<Tensor>& xs) { return mod->forward_list(xs); }, inputs, outs, cs.rng,
+                      m.type_name());
     return outs;
   });
 }

@@ -6,10 +6,53 @@
 #include "tensor/random.h"
 
 namespace dtr {
-namespace {
 
-
-}  // namespace
+void record_checkpoint(const CheckpointFn& fn, const std::vector<Tensor>& inputs, std::vector<Tensor>& outs,
+                       GeneratorState rng, const std::string& what) {
+  std::vector<SavedTensor> saved;
+  std::vector<bool> wants;
+  saved.reserve(inputs.size());
+  for (const Tensor& x : inputs) {
+    saved.emplace_back(x);
+    wants.push_back(x.defined() && x.requires_grad());
+  }
+  const std::string label = what.empty() ? "checkpoint" : "checkpoint of " + what;
+  record("checkpoint", inputs, outs,
+         [fn, label, saved = std::move(saved), wants = std::move(wants), rng](const std::vector<Tensor>& grads,
+                                                                               const std::vector<bool>& needs) {
+           std::vector<Tensor> detached;
+           detached.reserve(saved.size());
+           for (size_t i = 0; i < saved.size(); ++i) {
+             Tensor x = saved[i].get("checkpoint");
+             if (x.defined()) {
+               x = x.detach();
+               if (wants[i]) x.set_requires_grad(true);
+             }
+             detached.push_back(x);
+           }
+           std::vector<Tensor> re;
+           {
+             GeneratorStateGuard rng_guard(rng);
+             GradModeGuard grad_on(true);
+             re = fn(detached);
+           }
+           DTR_CHECK(re.size() == grads.size(), label, ": recomputation returned ", re.size(),
+                     " outputs, the forward returned ", grads.size(), " (the function must be deterministic)");
+           std::vector<Tensor> roots, root_grads;
+           for (size_t i = 0; i < re.size(); ++i) {
+             if (!re[i].defined() || !grads[i].defined() || !re[i].requires_grad()) continue;
+             DTR_CHECK(re[i].sizes() == grads[i].sizes(), label, ": recomputed output ", i, " has shape ",
+                       re[i].sizes(), ", the forward produced ", grads[i].sizes());
+             roots.push_back(re[i]);
+             root_grads.push_back(grads[i].dtype() == re[i].dtype() ? grads[i] : grads[i].to(re[i].dtype()));
+           }
+           if (!roots.empty()) run_backward(roots, root_grads, /*retain_graph=*/false);
+           std::vector<Tensor> result(detached.size());
+           for (size_t i = 0; i < detached.size(); ++i)
+             if (needs[i] && detached[i].defined()) result[i] = detached[i].grad();
+           return result;
+         });
+}
 
 std::vector<Tensor> checkpoint(const CheckpointFn& fn, const std::vector<Tensor>& inputs) {
   DTR_CHECK(fn != nullptr, "checkpoint: empty function");
@@ -30,48 +73,7 @@ std::vector<Tensor> checkpoint(const CheckpointFn& fn, const std::vector<Tensor>
   }
   if (!any_floating) return outs;
 
-  std::vector<SavedTensor> saved;
-  std::vector<bool> wants;
-  saved.reserve(inputs.size());
-  for (const Tensor& x : inputs) {
-    saved.emplace_back(x);
-    wants.push_back(x.defined() && x.requires_grad());
-  }
-  record("checkpoint", inputs, outs,
-         [fn, saved = std::move(saved), wants = std::move(wants), rng](const std::vector<Tensor>& grads,
-                                                                        const std::vector<bool>& needs) {
-           std::vector<Tensor> detached;
-           detached.reserve(saved.size());
-           for (size_t i = 0; i < saved.size(); ++i) {
-             Tensor x = saved[i].get("checkpoint");
-             if (x.defined()) {
-               x = x.detach();
-               if (wants[i]) x.set_requires_grad(true);
-             }
-             detached.push_back(x);
-           }
-           std::vector<Tensor> re;
-           {
-             GeneratorStateGuard rng_guard(rng);
-             GradModeGuard grad_on(true);
-             re = fn(detached);
-           }
-           DTR_CHECK(re.size() == grads.size(), "checkpoint: recomputation returned ", re.size(),
-                     " outputs, the forward returned ", grads.size(), " (the function must be deterministic)");
-           std::vector<Tensor> roots, root_grads;
-           for (size_t i = 0; i < re.size(); ++i) {
-             if (!re[i].defined() || !grads[i].defined() || !re[i].requires_grad()) continue;
-             DTR_CHECK(re[i].sizes() == grads[i].sizes(), "checkpoint: recomputed output ", i, " has shape ",
-                       re[i].sizes(), ", the forward produced ", grads[i].sizes());
-             roots.push_back(re[i]);
-             root_grads.push_back(grads[i]);
-           }
-           if (!roots.empty()) run_backward(roots, root_grads, /*retain_graph=*/false);
-           std::vector<Tensor> result(detached.size());
-           for (size_t i = 0; i < detached.size(); ++i)
-             if (needs[i] && detached[i].defined()) result[i] = detached[i].grad();
-           return result;
-         });
+  record_checkpoint(fn, inputs, outs, rng, "");
   return outs;
 }
 

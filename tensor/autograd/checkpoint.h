@@ -5,12 +5,22 @@
 #include <functional>
 #include <vector>
 
+#include "tensor/random.h"
 #include "tensor/tensor.h"
 
 namespace dtr {
 
 /// A checkpointed block: inputs -> outputs.
 using CheckpointFn = std::function<std::vector<Tensor>(const std::vector<Tensor>&)>;
+
+/// The recompute node shared by checkpoint() and parallel/ checkpoint_module: `outs` (computed
+/// under NoGradGuard, detached) become the outputs of one node whose backward re-runs `fn` on
+/// detached copies of `inputs` with the generator set to `rng` and grad mode on, backpropagates
+/// the output gradients through that graph (parameters used by `fn` get their .grad there) and
+/// returns the inputs' gradients. `what` names the computation in errors (may be empty).
+/// Errors (in backward): the recomputation returns a different number or shape of outputs.
+void record_checkpoint(const CheckpointFn& fn, const std::vector<Tensor>& inputs, std::vector<Tensor>& outs,
+                       GeneratorState rng, const std::string& what);
 
 /// Runs `fn(inputs)` under NoGradGuard and records one node "checkpoint" whose backward
 /// re-runs `fn` with grad enabled on detached copies of the inputs (requires_grad as the

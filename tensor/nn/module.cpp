@@ -50,7 +50,7 @@ auto find_named(V& v, const std::string& name) {
 // ---- forward ---------------------------------------------------------------------------------
 
 Tensor Module::forward(const Tensor&) {
-  DTR_CHECK(false, type_name(), ": forward(Tensor) is not implemented for this module (use call_list)");
+  DTR_ERROR(type_name(), ": forward(Tensor) is not implemented for this module (use call_list)");
   return {};
 }
 
