@@ -35,7 +35,9 @@ OpDef* op_def(const std::string& name) {
 void register_kernel(const std::string& name, DeviceType dev, Kernel k, bool upcast) {
   OpDef* d = op_def(name);
   d->kernels[static_cast<int>(dev)] = k;
-  d->upcast_low_precision = upcast;
+  // The flag describes the CPU kernel only (CUDA kernels always receive bf16/f16 as they are),
+  // so a CUDA registration must not overwrite what the CPU kernel asked for.
+  if (dev == DeviceType::CPU) d->upcast_low_precision = upcast;
 }
 
 std::vector<std::string> registered_ops(DeviceType dev) {

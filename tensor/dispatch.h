@@ -26,7 +26,8 @@ struct OpDef {
   std::string name;
   Kernel kernels[kNumDeviceTypes] = {nullptr, nullptr};
   /// When true (default) a CPU kernel receives bf16/f16 floating inputs upcast to f32 and its
-  /// floating outputs are cast back to the low-precision dtype (f32 accumulation).
+  /// floating outputs are cast back to the low-precision dtype (f32 accumulation). Set by the
+  /// CPU registration only; CUDA kernels always receive bf16/f16 inputs unchanged.
   bool upcast_low_precision = true;
 };
 
