@@ -24,6 +24,13 @@ class Allocator {
   /// Returns a block of at least `nbytes` bytes (nullptr for 0). Throws dtr::Error when out
   /// of memory, naming the size.
   virtual void* allocate(size_t nbytes) = 0;
+  /// Allocates on device `d` (of this allocator's device type). Allocators serving several
+  /// devices (CUDA:0, CUDA:1, ...) override it; the default ignores `d` and calls allocate().
+  /// Storage allocates through this.
+  virtual void* allocate_on(Device d, size_t nbytes) {
+    (void)d;
+    return allocate(nbytes);
+  }
   virtual void deallocate(void* p, size_t nbytes) = 0;
   virtual Device device() const = 0;
   MemoryStats stats() const;

@@ -6,7 +6,7 @@ namespace dtr {
 
 StorageImpl::StorageImpl(size_t nbytes, Device device)
     : nbytes_(nbytes), device_(device), allocator_(get_allocator(device)) {
-  data_ = allocator_->allocate(nbytes);
+  data_ = allocator_->allocate_on(device_, nbytes);
 }
 
 StorageImpl::StorageImpl(void* data, size_t nbytes, Device device, std::function<void(void*)> deleter)
@@ -18,7 +18,7 @@ void StorageImpl::resize_(size_t nbytes) {
   allocator_->deallocate(data_, nbytes_);
   data_ = nullptr;
   nbytes_ = 0;
-  data_ = allocator_->allocate(nbytes);
+  data_ = allocator_->allocate_on(device_, nbytes);
   nbytes_ = nbytes;
 }
 

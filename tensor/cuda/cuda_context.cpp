@@ -56,5 +56,16 @@ void set_current_stream(cudaStream_t s) {
 
 void synchronize() { DTR_CUDA_CHECK(cudaStreamSynchronize(current_stream())); }
 
+DeviceGuard::DeviceGuard(int index) {
+  const int cur = current_device();
+  if (cur == index) return;
+  set_device(index);
+  prev_ = cur;
+}
+
+DeviceGuard::~DeviceGuard() {
+  if (prev_ >= 0) (void)cudaSetDevice(prev_);  // cannot throw from a destructor
+}
+
 }  // namespace dtr::cuda
 #endif  // DTR_WITH_CUDA

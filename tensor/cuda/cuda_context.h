@@ -35,5 +35,18 @@ void set_current_stream(cudaStream_t s);
 /// Waits for all work on the current stream.
 void synchronize();
 
+/// Makes device `index` current for this thread for the guard's lifetime and restores the
+/// previous device afterwards (no cudaSetDevice when it is already current).
+class DeviceGuard {
+ public:
+  explicit DeviceGuard(int index);
+  ~DeviceGuard();
+  DeviceGuard(const DeviceGuard&) = delete;
+  DeviceGuard& operator=(const DeviceGuard&) = delete;
+
+ private:
+  int prev_ = -1;
+};
+
 }  // namespace dtr::cuda
 #endif  // DTR_WITH_CUDA

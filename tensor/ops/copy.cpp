@@ -109,7 +109,9 @@ Tensor contiguous(const Tensor& x) {
 Tensor& Tensor::copy_(const Tensor& src) {
   check_inplace(*this, "copy_");
   static const OpDef* op = op_def("copy_");
-  dispatch(OpCall{op, {*this, src}, {}});
+  // Across devices (e.g. CPU -> CUDA): move src to this tensor's device, then copy there.
+  const bool cross = !is_distributed() && !src.is_distributed() && src.device() != device();
+  dispatch(OpCall{op, {*this, cross ? src.detach().to(device()) : src}, {}});
   bump_version();
   return *this;
 }
