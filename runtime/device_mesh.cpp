@@ -1,6 +1,7 @@
 #include "runtime/device_mesh.h"
 
 #include <algorithm>
+#include <cstdlib>
 #include <set>
 #include <sstream>
 
@@ -9,6 +10,7 @@
 #include "tensor/error.h"
 #ifdef DTR_WITH_CUDA
 #include "runtime/nccl_process_group.h"
+#include "tensor/cuda/cuda_context.h"
 #endif
 
 namespace dtr {
@@ -37,12 +39,32 @@ std::shared_ptr<ProcessGroup> make_group(const Shape& shape, const std::vector<i
   const int color = static_cast<int>(linear(shape, coord, others));
   const int key = static_cast<int>(linear(shape, coord, dims));
 #ifdef DTR_WITH_CUDA
-  if (device.is_cuda()) return NcclProcessGroup::split(color, key, name + "{ranks}");
+  if (collective_backend(device) == "nccl") return NcclProcessGroup::split(color, key, name + "{ranks}");
 #endif
   return MpiProcessGroup::split(color, key, name + "{ranks}");
 }
 
 }  // namespace
+
+std::string collective_backend(Device device) {
+  const char* env = std::getenv("DTR_BACKEND");
+  const std::string want = env ? env : "";
+  DTR_CHECK(want.empty() || want == "mpi" || want == "nccl", "DTR_BACKEND='", want, "' (expected mpi or nccl)");
+  if (!device.is_cuda() || want == "mpi") return "mpi";
+#ifdef DTR_WITH_CUDA
+  const int ndev = cuda::device_count();
+  if (want == "nccl") {
+    DTR_CHECK(ndev > 0, "DTR_BACKEND=nccl: no CUDA device visible to rank ", dtr::rank());
+    return "nccl";
+  }
+  // Default: NCCL when every rank of the node has a GPU of its own (NCCL rejects two ranks on
+  // one GPU), else MPI with CUDA tensors staged through pinned host memory.
+  return ndev > 0 && dtr::local_size() <= ndev ? "nccl" : "mpi";
+#else
+  DTR_CHECK(want != "nccl", "DTR_BACKEND=nccl: dtr was built without CUDA (-DDTR_CUDA=ON)");
+  return "mpi";
+#endif
+}
 
 struct DeviceMesh::State {
   /// What every mesh derived from one constructed mesh shares: its grid, groups, flattened dims.

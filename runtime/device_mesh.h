@@ -11,6 +11,13 @@
 
 namespace dtr {
 
+/// The collective backend of a mesh on `device`: "nccl" or "mpi". Env DTR_BACKEND=mpi|nccl
+/// chooses; unset: "nccl" for CUDA meshes in CUDA builds when every local rank has its own
+/// GPU (local_size <= device count), else "mpi" (CUDA tensors staged through pinned host
+/// memory, e.g. several ranks sharing one GPU). CPU meshes always use MPI.
+/// Errors: another DTR_BACKEND value; nccl without a CUDA device or without the CUDA build.
+std::string collective_backend(Device device);
+
 class DeviceMesh {
  public:
   /// A mesh over all world ranks 0..world-1 with the given sizes and dim names. Collective:

@@ -9,12 +9,15 @@
 #include <thread>
 
 #include "tensor/error.h"
+#ifdef DTR_WITH_CUDA
+#include "tensor/cuda/cuda_context.h"
+#endif
 
 namespace dtr {
 namespace {
 bool g_init = false;
 bool g_we_initialized_mpi = false;
-int g_rank = 0, g_world = 1, g_local_rank = 0, g_local_size = 1, g_threads = 1;
+int g_rank = 0, g_world = 1, g_local_rank = 0, g_local_size = 1, g_threads = 1, g_cuda_device = -1;
 
 int env_int(const char* name, int fallback) {
   const char* v = std::getenv(name);
@@ -51,6 +54,16 @@ void init(int& argc, char**& argv) {
   g_threads = env_int("DTR_NUM_THREADS", env_int("OMP_NUM_THREADS", def));
   DTR_CHECK(g_threads >= 1, "DTR_NUM_THREADS must be >= 1, got ", g_threads);
   omp_set_num_threads(g_threads);
+#ifdef DTR_WITH_CUDA
+  // One GPU per local rank. The local rank is the MPI_COMM_TYPE_SHARED split above, which
+  // equals OMPI_COMM_WORLD_LOCAL_RANK under mpirun and SLURM_LOCALID under srun (those
+  // variables are not read: inside an sbatch job SLURM_LOCALID is 0 for every mpirun rank).
+  const int ndev = cuda::device_count();
+  if (ndev > 0) {
+    g_cuda_device = g_local_rank % ndev;
+    cuda::set_device(g_cuda_device);
+  }
+#endif
   g_init = true;
 }
 
@@ -68,6 +81,7 @@ int world_size() { return g_world; }
 int local_rank() { return g_local_rank; }
 int local_size() { return g_local_size; }
 int num_threads() { return g_threads; }
+int cuda_device() { return g_cuda_device; }
 void set_num_threads(int n) {
   DTR_CHECK(n >= 1, "set_num_threads: need >= 1 thread, got ", n);
   g_threads = n;

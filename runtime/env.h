@@ -8,6 +8,8 @@
 //                        after T s" and aborts the job with MPI_Abort (default 600)
 //   DTR_COMM_DEBUG=1     every collective first compares (kind, numel, dtype) across the
 //                        group's ranks and raises a clear dtr::Error on all ranks on mismatch
+//   DTR_BACKEND          mpi | nccl: collective backend of CUDA meshes (default nccl when every
+//                        local rank has its own GPU, else mpi; see collective_backend())
 // A rank that dies under mpirun makes Open MPI abort the whole job by itself; the timeout
 // covers a rank that hangs (see runtime/work_queue.h).
 #include <cstdint>
@@ -15,8 +17,9 @@
 namespace dtr {
 
 /// Initialises dtr: MPI with MPI_THREAD_MULTIPLE when launched by mpirun/srun (world size 1
-/// without a launcher), the local (shared-memory) rank, and the CPU threads per rank
-/// (DTR_NUM_THREADS, else OMP_NUM_THREADS, else cores / local ranks). Safe to call twice.
+/// without a launcher), the local (shared-memory) rank, the CPU threads per rank
+/// (DTR_NUM_THREADS, else OMP_NUM_THREADS, else cores / local ranks) and, in CUDA builds with
+/// a visible GPU, the rank's CUDA device (cuda_device()). Safe to call twice.
 /// Errors: dtr::Error when MPI gives less than MPI_THREAD_MULTIPLE.
 void init(int& argc, char**& argv);
 /// Finalises MPI (collectively). Safe to call when init was not called.
@@ -29,6 +32,11 @@ int world_size();
 /// Rank among the processes of this node (MPI_COMM_TYPE_SHARED split).
 int local_rank();
 int local_size();
+/// The CUDA device of this rank: local_rank() % (visible CUDA devices), made current by init()
+/// (cudaSetDevice on the calling thread); -1 when the build has no CUDA backend or no device
+/// is visible. Ranks of a node thus get distinct GPUs while local_size <= device count, and
+/// share them round-robin beyond (use the MPI backend then: NCCL needs one GPU per rank).
+int cuda_device();
 /// CPU threads this rank uses for kernels.
 int num_threads();
 void set_num_threads(int n);

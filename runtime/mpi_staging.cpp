@@ -4,6 +4,10 @@
 
 #include "tensor/ops.h"
 #include "tensor/ops/cpu/copy_kernel.h"
+#ifdef DTR_WITH_CUDA
+#include "tensor/cuda/pinned_allocator.h"
+#include "tensor/ops/cuda/copy.h"
+#endif
 
 namespace dtr::mpi {
 
@@ -47,26 +51,42 @@ int count(int64_t n, const std::string& what) {
 
 Staged::Staged(const Tensor& t) : user(t) {
   staged = !(t.is_contiguous() && t.device().is_cpu());
-  buf = staged ? empty(t.sizes(), TensorOptions(t.dtype())) : t;
+  if (!staged) {
+    buf = t;
+  } else if (t.device().is_cpu()) {
+    buf = empty(t.sizes(), TensorOptions(t.dtype()));
+  } else {
+#ifdef DTR_WITH_CUDA
+    buf = cuda::empty_pinned(t.sizes(), t.dtype());  // DMA target / source of the staging copies
+#else
+    DTR_ERROR("mpi staging: tensor on ", t.device(), " but dtr was built without CUDA");
+#endif
+  }
 }
 
 void Staged::load() {
   if (!staged) return;
   if (user.device().is_cpu()) {
     cpu::copy_strided(buf, user);
-  } else {  // CUDA tensor on an MPI group: staged through host memory
-    Tensor host = user.to(Device::cpu());
-    cpu::copy_strided(buf, host);
+    return;
   }
+#ifdef DTR_WITH_CUDA
+  // CUDA tensor on an MPI group: device -> pinned host, after the work queued on the tensor's
+  // compute stream (the copy waits for it).
+  cuda::copy_device_to_host(user, buf);
+#endif
 }
 
 void Staged::store() {
   if (!staged) return;
   if (user.device().is_cpu()) {
     cpu::copy_strided(user, buf);
-  } else {
-    user.copy_(buf.to(user.device()));
+    return;
   }
+#ifdef DTR_WITH_CUDA
+  // Pinned host -> device on the tensor's compute stream: later kernels on that stream see it.
+  cuda::copy_host_to_device(buf, user);
+#endif
 }
 
 std::vector<float> to_f32(const Tensor& t) {

@@ -22,6 +22,8 @@ int count(int64_t n, const std::string& what);
 
 /// A contiguous CPU tensor holding the data of a user tensor: the tensor itself when it is
 /// already contiguous on the CPU, else a staging copy (made by load(), written back by store()).
+/// CUDA tensors are staged through pinned host memory: load() copies device -> host after the
+/// work queued on the device's compute stream, store() copies host -> device on that stream.
 struct Staged {
   Tensor user, buf;
   bool staged = false;

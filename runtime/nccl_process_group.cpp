@@ -5,11 +5,13 @@
 #include "runtime/env.h"
 #include "runtime/mpi_staging.h"
 #include "runtime/work_queue.h"
+#include "tensor/cuda/caching_allocator.h"
+#include "tensor/cuda/cuda_context.h"
 
 namespace dtr {
 namespace {
 
-cudaStream_t g_compute = nullptr;  // legacy default stream
+cudaStream_t g_compute = nullptr;  // nullptr: dtr's compute stream (cuda::current_stream())
 
 void cuda_check(cudaError_t e, const std::string& what) {
   DTR_CHECK(e == cudaSuccess, what, ": CUDA error: ", cudaGetErrorString(e));
@@ -72,7 +74,7 @@ class NcclWork : public Work {
   /// Makes the compute stream wait for the collective (the host does not block).
   void wait() override {
     check_async();
-    cuda_check(cudaStreamWaitEvent(g_compute, ev_, 0), what_ + ": cudaStreamWaitEvent");
+    cuda_check(cudaStreamWaitEvent(NcclProcessGroup::compute_stream(), ev_, 0), what_ + ": cudaStreamWaitEvent");
   }
   bool is_completed() override {
     check_async();
@@ -98,7 +100,7 @@ class NcclWork : public Work {
 }  // namespace
 
 void NcclProcessGroup::set_compute_stream(cudaStream_t s) { g_compute = s; }
-cudaStream_t NcclProcessGroup::compute_stream() { return g_compute; }
+cudaStream_t NcclProcessGroup::compute_stream() { return g_compute ? g_compute : cuda::current_stream(); }
 
 NcclProcessGroup::NcclProcessGroup(ncclComm_t comm, std::vector<int> ranks, int rank, std::string name)
     : comm_(comm), rank_(rank), size_(static_cast<int>(ranks.size())), ranks_(std::move(ranks)) {
@@ -155,10 +157,15 @@ WorkPtr NcclProcessGroup::run(CommKind kind, int64_t bytes, const std::string& w
   counters_.add(kind, bytes);
   cudaEvent_t ready, done;
   cuda_check(cudaEventCreateWithFlags(&ready, cudaEventDisableTiming), what);
-  cuda_check(cudaEventRecord(ready, g_compute), what + ": cudaEventRecord");
+  cuda_check(cudaEventRecord(ready, compute_stream()), what + ": cudaEventRecord");
   cuda_check(cudaStreamWaitEvent(stream_, ready, 0), what + ": cudaStreamWaitEvent");
   cudaEventDestroy(ready);
   nccl_check(launch(stream_), what + " on group " + name_);
+  // The tensors are used on the group stream: the caching allocator must not hand their
+  // blocks to the compute stream before this collective finished, even if the Work is
+  // dropped without wait() (c10d's recordStream).
+  for (const Tensor& t : keep)
+    if (t.defined() && t.storage() && cuda::owns(t.storage()->data())) cuda::record_stream(t.storage()->data(), stream_);
   cuda_check(cudaEventCreateWithFlags(&done, cudaEventDisableTiming), what);
   cuda_check(cudaEventRecord(done, stream_), what + ": cudaEventRecord");
   return std::make_shared<NcclWork>(done, comm_, std::move(keep), what + " on group " + name_);

@@ -41,8 +41,8 @@ class NcclProcessGroup : public ProcessGroup {
   std::string name() const override { return name_; }
   /// The communication stream of this group.
   cudaStream_t stream() const { return stream_; }
-  /// The compute stream calls order against and Work::wait makes wait (default: the legacy
-  /// default stream).
+  /// The compute stream calls order against and Work::wait makes wait (default: dtr's compute
+  /// stream of the current device, cuda::current_stream(); nullptr restores the default).
   static void set_compute_stream(cudaStream_t s);
   static cudaStream_t compute_stream();
 
