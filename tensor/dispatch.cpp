@@ -1,4 +1,5 @@
 #include "tensor/dispatch.h"
+#include "tensor/dispatch_mode.h"
 
 #include <map>
 #include <memory>
@@ -83,7 +84,21 @@ std::vector<Tensor> run_kernel(const OpCall& call) {
   return outs;
 }
 
+namespace {
+thread_local DispatchMode* t_dispatch_mode = nullptr;
+}  // namespace
+
+DispatchMode* set_dispatch_mode(DispatchMode* mode) {
+  DispatchMode* prev = t_dispatch_mode;
+  t_dispatch_mode = mode;
+  return prev;
+}
+
 std::vector<Tensor> dispatch(const OpCall& call) {
+  if (DispatchMode* mode = t_dispatch_mode) {
+    DispatchModeGuard inactive(nullptr);
+    return mode->dispatch(call);
+  }
   if (g_dist) {
     for (const Tensor& t : call.inputs)
       if (t.defined() && t.is_distributed()) return g_dist->dispatch(call);
