@@ -4,6 +4,7 @@
 #include <cmath>
 
 #include "tensor/autograd/grad_mode.h"
+#include "tensor/dispatch.h"
 #include "tensor/ops.h"
 #include "tensor/optim/fused_update.h"
 
@@ -25,10 +26,10 @@ void AdamW::step() {
     for (const Tensor& p : group.params) {
       const Tensor g = p.grad();
       if (!g.defined()) continue;
-      const detail::UpdateOperands u = detail::prepare(p, g, "AdamW");
+      const detail::UpdateOperands u = detail::prepare(p, g, "AdamW", /*allow_cuda=*/true);
       ParamState& st = state(p);
       if (st.tensors.empty()) {
-        const TensorOptions o(detail::math_dtype(u.param.dtype()));
+        const TensorOptions o = TensorOptions(detail::math_dtype(u.param.dtype())).with_device(u.param.device());
         st.tensors["exp_avg"] = zeros(u.param.sizes(), o);
         st.tensors["exp_avg_sq"] = zeros(u.param.sizes(), o);
       }
@@ -43,6 +44,13 @@ void AdamW::step() {
       const double b2 = opt_.beta2, one_minus_b2 = 1.0 - opt_.beta2, eps = opt_.eps;
       const int64_t n = u.param.numel();
       Tensor m_t = st.tensors.at("exp_avg"), v_t = st.tensors.at("exp_avg_sq");
+      if (u.param.device().is_cuda()) {
+        // The same math in one CUDA kernel (tensor/ops/cuda/adamw.cu), in place.
+        static const OpDef* op = op_def("adamw_update");
+        dispatch(OpCall{op, {u.param, u.grad, m_t, v_t}, {decay, w, b2, one_minus_b2, bc2_sqrt, eps, -step_size}});
+        u.param.bump_version();
+        continue;
+      }
       detail::dispatch_update(u, "AdamW", [&](auto* pp, const auto* gp, auto math) {
         using C = decltype(math);
         using P = std::remove_pointer_t<decltype(pp)>;

@@ -17,7 +17,8 @@ struct AdamWOptions {
 ///   p <- p * (1 - lr * wd)
 ///   m <- lerp(m, g, 1 - beta1);   v <- beta2 * v + (1 - beta2) * g^2
 ///   p <- p - (lr / (1 - beta1^t)) * m / (sqrt(v) / sqrt(1 - beta2^t) + eps)
-/// One fused OpenMP loop per parameter over its local elements. Math in f64 for f64
+/// One fused OpenMP loop per parameter over its local elements (CUDA parameters: one fused
+/// kernel, op "adamw_update" in tensor/ops/cuda/adamw.cu, same math). Math in f64 for f64
 /// parameters, f32 otherwise (bf16 / f16 parameters are rounded once per step); state
 /// exp_avg / exp_avg_sq is kept in that math dtype.
 /// Errors: invalid hyperparameters (negative lr / eps / wd, betas outside [0, 1)).

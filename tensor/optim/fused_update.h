@@ -16,8 +16,9 @@ struct UpdateOperands {
 };
 
 /// Local tensors of parameter `p` and its gradient `g`. Errors (naming `opt`): local shapes
-/// differ; a non-contiguous parameter; a non-CPU tensor.
-UpdateOperands prepare(const Tensor& p, const Tensor& g, const char* opt);
+/// differ; a non-contiguous parameter; a non-CPU tensor (unless `allow_cuda`: then both on
+/// one device, CPU or CUDA; the caller runs a CUDA kernel for CUDA operands).
+UpdateOperands prepare(const Tensor& p, const Tensor& g, const char* opt, bool allow_cuda = false);
 
 /// The dtype of state tensors (exp_avg, momentum) for a parameter of dtype `dt`.
 inline DType math_dtype(DType dt) { return dt == DType::f64 ? DType::f64 : DType::f32; }
