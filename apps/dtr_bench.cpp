@@ -9,6 +9,9 @@
 #include "bench/dtensor_overhead.h"
 #include "bench/fsdp.h"
 #include "bench/gemm.h"
+#ifdef DTR_WITH_CUDA
+#include "bench/gemm_gpu.h"
+#endif
 #include "bench/ops.h"
 #include "runtime/env.h"
 #include "tensor/error.h"
@@ -16,6 +19,9 @@
 int main(int argc, char** argv) {
   const std::map<std::string, int (*)(int, char**)> benches = {
       {"gemm", dtr::bench::bench_gemm},
+#ifdef DTR_WITH_CUDA
+      {"gemm-gpu", dtr::bench::bench_gemm_gpu},
+#endif
       {"ops", dtr::bench::bench_ops},
       {"dtensor", dtr::bench::bench_dtensor},
       {"collectives", dtr::bench::bench_collectives},
