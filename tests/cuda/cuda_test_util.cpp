@@ -1,6 +1,7 @@
 #include "cuda_test_util.h"
 
 #include <cmath>
+#include <cstdlib>
 #include <sstream>
 
 #include "tensor/autograd/node.h"
@@ -17,6 +18,11 @@ bool cuda_available() {
 #else
   return false;
 #endif
+}
+
+bool cuda_required() {
+  const char* v = std::getenv("DTR_TEST_REQUIRE_CUDA");
+  return v && std::string(v) == "1";
 }
 
 Device cuda_device() {

@@ -24,6 +24,9 @@ namespace dtr::testing {
 
 /// True when the build has the CUDA backend and at least one CUDA device is visible.
 bool cuda_available();
+/// True when env DTR_TEST_REQUIRE_CUDA=1 (set by scripts/gpu-check.sh): a CUDA test that would
+/// skip for lack of a device fails instead.
+bool cuda_required();
 /// The device CUDA copies go to: cuda:<current device>.
 Device cuda_device();
 
@@ -62,11 +65,14 @@ std::string compare_with_cpu(const Tensor& a, const Tensor& ref, double atol, do
 }  // namespace dtr::testing
 
 /// Skips the rest of the current test case with a warning when no CUDA device is present
-/// (Catch2 v2 has no SKIP: WARN + return; the test counts as passed).
-#define DTR_REQUIRE_CUDA()                                            \
-  do {                                                                \
-    if (!::dtr::testing::cuda_available()) {                          \
-      WARN("no CUDA device: test skipped (runs on a GPU machine)");    \
-      return;                                                         \
-    }                                                                 \
+/// (Catch2 v2 has no SKIP: WARN + return; the test counts as passed). Under
+/// DTR_TEST_REQUIRE_CUDA=1 (gpu-check) the missing device is a test failure instead.
+#define DTR_REQUIRE_CUDA()                                                                  \
+  do {                                                                                      \
+    if (!::dtr::testing::cuda_available()) {                                                \
+      if (::dtr::testing::cuda_required())                                                  \
+        FAIL("no CUDA device, but DTR_TEST_REQUIRE_CUDA=1: this CUDA test must run on a GPU"); \
+      WARN("no CUDA device: test skipped (runs on a GPU machine)");                          \
+      return;                                                                               \
+    }                                                                                       \
   } while (0)
