@@ -83,30 +83,46 @@ void local_shape_and_offset(const Shape& global_shape, const Shape& mesh_shape, 
                             const std::vector<int64_t>& coordinate, Shape& local_shape, Shape& offset) {
   local_shape = global_shape;
   offset.assign(global_shape.size(), 0);
-  // Strided shards: FSDP's dim is split first by the later (TP) mesh dim into split_factor
-  // blocks; this rank's rows are its chunk of each block. Offsets of such a shard are not a
-  // single range; we report the offset of its first row and the local size.
+  std::vector<bool> done(placements.size(), false);
+  auto take = [&](int64_t d, const Chunk& c) {
+    if (c.size == 0) offset[d] = global_shape[d];
+    else if (offset[d] != global_shape[d]) offset[d] += c.offset;
+    local_shape[d] = c.size;
+  };
   for (size_t i = 0; i < placements.size(); ++i) {
     const Placement& p = placements[i];
-    if (!p.shards()) continue;
+    if (!p.shards() || done[i]) continue;
     const int64_t d = p.dim;
     const int64_t n = mesh_shape[i];
     if (p.is_shard()) {
-      Chunk c = chunk_of(local_shape[d], n, coordinate[i]);
-      if (c.size == 0) {
-        offset[d] = global_shape[d];
-      } else {
-        offset[d] += c.offset;
-      }
-      local_shape[d] = c.size;
-    } else {
-      // StridedShard: this rank's piece of each of the split_factor blocks. The rows are not
-      // one range; the offset reported is that of the first piece.
-      const int64_t sf = p.split_factor;
-      const Chunk first = chunk_of(chunk_of(local_shape[d], sf, 0).size, n, coordinate[i]);
-      offset[d] += first.offset;
-      local_shape[d] = strided_local_size(local_shape[d], sf, n, coordinate[i]);
+      take(d, chunk_of(local_shape[d], n, coordinate[i]));
+      continue;
     }
+    // StridedShard(d, sf) followed by plain Shard(d) mesh dims whose sizes multiply to sf (the
+    // FSDP + TP layout): those later (TP) dims split first, right to left, and this rank holds
+    // its torch.chunk of the TP block: one contiguous range (PyTorch's _StridedShard order).
+    const int64_t sf = p.split_factor;
+    std::vector<size_t> later;
+    int64_t prod = 1;
+    for (size_t j = i + 1; j < placements.size(); ++j)
+      if (placements[j].is_shard(d)) {
+        later.push_back(j);
+        prod *= mesh_shape[j];
+      }
+    if (!later.empty() && prod == sf) {
+      for (size_t j : later) {
+        take(d, chunk_of(local_shape[d], mesh_shape[j], coordinate[j]));
+        done[j] = true;
+      }
+      take(d, chunk_of(local_shape[d], n, coordinate[i]));
+      continue;
+    }
+    // A strided shard alone on its dim (e.g. halfway through a redistribution): this rank's
+    // piece of each of the split_factor blocks. The rows are not one range; the offset
+    // reported is that of the first piece.
+    const Chunk first = chunk_of(chunk_of(local_shape[d], sf, 0).size, n, coordinate[i]);
+    offset[d] += first.offset;
+    local_shape[d] = strided_local_size(local_shape[d], sf, n, coordinate[i]);
   }
 }
 

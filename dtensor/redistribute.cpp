@@ -47,6 +47,47 @@ Tensor pad_dim(const Tensor& x, int64_t d, int64_t size) {
   return out;
 }
 
+/// True when a mesh dim left of `i` holds a strided shard of tensor dim `d`: the ranks along
+/// mesh dim i then hold torch.chunk pieces of TP blocks, not of the level (see
+/// local_shape_and_offset), so their sizes are listed explicitly.
+bool strided_left_of(const Placements& pl, int i, int64_t d) {
+  for (int j = 0; j < i; ++j)
+    if (pl[j].is_strided_shard() && pl[j].dim == d) return true;
+  return false;
+}
+
+/// Size of tensor dim d on each rank along mesh dim i (other coordinates this rank's).
+std::vector<int64_t> sizes_along(const DTensorSpec& s, const Placements& pl, int i, int64_t d) {
+  auto coord = s.mesh.get_coordinate();
+  std::vector<int64_t> out;
+  Shape ls, off;
+  for (int64_t k = 0; k < s.mesh.size(i); ++k) {
+    coord[i] = k;
+    local_shape_and_offset(s.shape, s.mesh.shape(), pl, coord, ls, off);
+    out.push_back(ls[d]);
+  }
+  return out;
+}
+
+/// Shard -> Replicate along a group whose ranks hold `sizes` rows of dim d (padded to the
+/// largest for the collective, cut after).
+Tensor all_gather_sizes(const Tensor& local, ProcessGroup& g, int64_t d, const std::vector<int64_t>& sizes) {
+  const int64_t n = g.size();
+  const int64_t c = *std::max_element(sizes.begin(), sizes.end());
+  Shape perm = move_to_front_perm(local.dim(), d);
+  Tensor x = pad_dim(local.permute(perm).contiguous(), 0, c).contiguous();
+  Shape os = x.sizes();
+  os[0] = n * c;
+  Tensor out = empty(os, TensorOptions(x.dtype()).with_device(x.device()));
+  comm_debug_note(CommKind::all_gather);
+  g.all_gather(out, x)->wait();
+  std::vector<Tensor> pieces;
+  for (int64_t r = 0; r < n; ++r)
+    if (sizes[r] > 0) pieces.push_back(out.narrow(0, r * c, sizes[r]));
+  Tensor whole = pieces.empty() ? out.narrow(0, 0, 0) : cat(pieces, 0);
+  return whole.permute(inverse_perm(perm)).contiguous();
+}
+
 Tensor all_gather_dim(const Tensor& local, ProcessGroup& g, int64_t d, int64_t full) {
   const int64_t n = g.size();
   const int64_t c = (full + n - 1) / n;
@@ -247,6 +288,15 @@ Tensor redistribute_local(const Tensor& local_in, const DTensorSpec& from, const
       local = strided_all_gather_dim(local, g, a.dim, level_size(from, cur, i, a.dim), a.split_factor);
     } else if (a.is_replicate() && b.is_strided_shard()) {
       local = strided_local_split(local, g.size(), coord[i], b.dim, b.split_factor);
+    } else if (a.is_shard() && b.is_replicate() && strided_left_of(cur, i, a.dim)) {
+      local = all_gather_sizes(local, g, a.dim, sizes_along(from, cur, i, a.dim));
+    } else if (a.is_replicate() && b.is_shard() && strided_left_of(cur, i, b.dim)) {
+      Placements next = cur;
+      next[i] = b;
+      const auto sizes = sizes_along(from, next, i, b.dim);
+      int64_t start = 0;
+      for (int64_t k = 0; k < coord[i]; ++k) start += sizes[k];
+      local = local.narrow(b.dim, start, sizes[coord[i]]).contiguous();
     } else if (a.is_shard() && b.is_replicate()) {
       local = all_gather_dim(local, g, a.dim, level_size(from, cur, i, a.dim));
     } else if (a.is_shard() && b.is_shard()) {
