@@ -155,6 +155,12 @@ DeviceMesh MeshContext::fsdp_mesh() const {
   return (*mesh)["dp_shard_cp"];
 }
 
+DeviceMesh MeshContext::fsdp_tp_mesh() const {
+  DTR_CHECK(mesh != nullptr, "MeshContext: build_mesh() was not called");
+  if (dp_replicate_size > 1) return (*mesh)[std::vector<std::string>{"dp_replicate", "dp_shard", "tp"}];
+  return (*mesh)[std::vector<std::string>{"dp_shard_cp", "tp"}];
+}
+
 int64_t MeshContext::dp_rank() const {
   DTR_CHECK(mesh != nullptr, "MeshContext: build_mesh() was not called");
   return dp_mesh().coordinate(0);

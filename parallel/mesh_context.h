@@ -51,6 +51,9 @@ struct MeshContext {
   /// The data-parallel mesh FSDP shards over: 1-d "dp_shard_cp" ... here "dp" flattened, or
   /// 2-d (dp_replicate, dp_shard) for HSDP.
   DeviceMesh fsdp_mesh() const;
+  /// FSDP + TP: the data-parallel mesh with tp appended: (dp_shard_cp, tp), or (dp_replicate,
+  /// dp_shard, tp) for HSDP. The "tp" dim is the mesh of the TP DTensors (tp_mesh()).
+  DeviceMesh fsdp_tp_mesh() const;
   /// 1-d flattened dp mesh (all data-parallel ranks).
   DeviceMesh dp_mesh() const;
   /// This rank's index among the data-parallel ranks, and their number.

@@ -18,28 +18,6 @@ std::map<std::string, ParallelizerFactory>& registry() {
 
 bool is_unsharded(const MeshContext& ctx) { return ctx.world_size == 1 || (ctx.dp_size == 1 && ctx.tp_size == 1); }
 
-/// Models parallelized with TP x data-parallel replication (see parallelize_model), and whether
-/// their next backward synchronises gradients.
-std::map<const nn::Module*, bool>& tp_dp_models() {
-  static std::map<const nn::Module*, bool> m;
-  return m;
-}
-
-/// Averages the (local shards of the) gradients of every trainable parameter over the dp ranks:
-/// all all_reduces are issued first, then waited for.
-void all_reduce_grads_over_dp(nn::Module& model, const MeshContext& ctx) {
-  const std::shared_ptr<ProcessGroup> group = ctx.dp_mesh().group(0);  // a copy: dp_mesh() is a temporary
-  std::vector<WorkPtr> works;
-  std::vector<Tensor> bufs;
-  for (auto& p : model.parameters()) {
-    if (!p.requires_grad() || !p.grad().defined()) continue;
-    Tensor g = p.grad();
-    Tensor local = g.is_distributed() ? local_tensor(g) : g;
-    bufs.push_back(local);
-    works.push_back(group->all_reduce(bufs.back(), ReduceOp::AVG));
-  }
-  for (auto& w : works) w->wait();
-}
 }  // namespace
 
 ParallelizePlan ModelParallelizer::tp_plan(nn::Module& model, const MeshContext& ctx) {
@@ -82,9 +60,14 @@ void parallelize_model(nn::Module& model, const MeshContext& ctx) {
   auto layer_list = p->layers(model);
   auto apply_ac = [&] {
     if (ctx.activation_checkpointing == "none") return;
-    DTR_CHECK(ctx.activation_checkpointing == "full", "distributed.activation_checkpointing=",
-              ctx.activation_checkpointing, ": only full (whole decoder layers) is built");
-    for (auto& [fqn, layer] : layer_list) checkpoint_module(*layer);
+    DTR_CHECK(ctx.activation_checkpointing == "full" || ctx.activation_checkpointing == "selective",
+              "distributed.activation_checkpointing=", ctx.activation_checkpointing,
+              ": expected none, full or selective");
+    DTR_CHECK(ctx.activation_checkpointing_scope == "all" || ctx.activation_checkpointing_scope == "layers",
+              "distributed.activation_checkpointing_scope=", ctx.activation_checkpointing_scope,
+              ": expected all (every decoder layer; 'layers' is a synonym)");
+    const CheckpointPolicy policy = checkpoint_policy_from_name(ctx.activation_checkpointing);
+    for (auto& [fqn, layer] : layer_list) checkpoint_module(*layer, policy);
   };
   if (ctx.strategy == "ddp") {
     apply_ac();
@@ -106,18 +89,13 @@ void parallelize_model(nn::Module& model, const MeshContext& ctx) {
   }
   apply_ac();
   if (ctx.dp_size == 1) return;
-  if (ctx.tp_size > 1) {
-    // dp x tp: the TP shards are replicated over dp and gradients averaged over dp after
-    // backward (DDP over TP; 2-d FSDP + TP with strided shards is not built yet).
-    tp_dp_models()[&model] = true;
-    return;
-  }
   FSDPOptions opt;
   opt.mp_policy = ctx.mp_policy;
   opt.offload_policy.enabled = ctx.offload;
   opt.forward_prefetch_depth = ctx.enable_fsdp2_prefetch ? ctx.fsdp2_forward_prefetch_depth : 0;
   opt.backward_prefetch_depth = ctx.enable_fsdp2_prefetch ? ctx.fsdp2_backward_prefetch_depth : 0;
-  const DeviceMesh mesh = ctx.fsdp_mesh();
+  // dp x tp: FSDP + TP on the (dp_shard, tp) mesh ((dp_replicate, dp_shard, tp) with HSDP).
+  const DeviceMesh mesh = ctx.tp_size > 1 ? ctx.fsdp_tp_mesh() : ctx.fsdp_mesh();
   for (size_t i = 0; i < layer_list.size(); ++i) {
     FSDPOptions o = opt;
     o.reshard_after_forward = ctx.reshard_after_forward.value_or(i + 1 != layer_list.size());
@@ -134,11 +112,6 @@ void parallelize_model(nn::Module& model, const MeshContext& ctx) {
 }
 
 void finish_model_backward(nn::Module& model, const MeshContext& ctx) {
-  auto it = tp_dp_models().find(&model);
-  if (it != tp_dp_models().end()) {
-    if (it->second) all_reduce_grads_over_dp(model, ctx);
-    return;
-  }
   if (ctx.strategy == "ddp") {
     if (ctx.dp_size > 1) replicate_finish_backward(model);
     return;
@@ -147,11 +120,6 @@ void finish_model_backward(nn::Module& model, const MeshContext& ctx) {
 }
 
 void set_model_gradient_sync(nn::Module& model, const MeshContext& ctx, bool sync) {
-  auto it = tp_dp_models().find(&model);
-  if (it != tp_dp_models().end()) {
-    it->second = sync;
-    return;
-  }
   if (ctx.strategy == "ddp") {
     if (ctx.dp_size > 1) replicate_set_requires_gradient_sync(model, sync);
     return;

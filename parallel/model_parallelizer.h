@@ -42,18 +42,19 @@ std::shared_ptr<ModelParallelizer> parallelizer_for(const nn::Module& model);
 
 /// Parallelizes `model` in place on ctx.mesh (build_mesh() must have run):
 ///  - world (or mesh) size 1: activation checkpointing only (unsharded);
-///  - fsdp2: TP (plan translated to LoRA styles) -> activation checkpointing -> fully_shard per
+///  - fsdp2: TP (plan translated to LoRA styles) -> activation checkpointing (full or selective,
+///    every layer) -> fully_shard per
 ///    layer (reshard_after_forward true except the last layer, unless set explicitly) ->
 ///    extra units (untied trainable embeddings) -> root (not resharded);
 ///  - ddp: activation checkpointing, then replicate on the dp mesh.
-///  - fsdp2 with dp > 1 and tp > 1: TP, then the TP shards are replicated over dp and the
-///    gradients averaged over dp by finish_model_backward (DDP over TP; 2-d FSDP + TP with
-///    strided shards is not built yet, so parameters are not additionally sharded over dp).
+///  - fsdp2 with dp > 1 and tp > 1: TP, then FSDP + TP: the same fully_shard units on the
+///    (dp_shard, tp) mesh (ctx.fsdp_tp_mesh(); HSDP: (dp_replicate, dp_shard, tp)), the TP
+///    DTensors sharded over dp (StridedShard(0, tp) when TP splits dim 0).
 /// Errors: whatever validate_tp_mesh / tp_plan raise.
 void parallelize_model(nn::Module& model, const MeshContext& ctx);
 
 /// Calls the backward completion of the strategy applied by parallelize_model (FSDP's
-/// finish_backward, DDP's wait, the dp all_reduce of TP x dp); a no-op when unsharded. Call it
+/// finish_backward (FSDP and FSDP + TP), DDP's wait); a no-op when unsharded. Call it
 /// after every backward, before clipping and the optimizer step.
 void finish_model_backward(nn::Module& model, const MeshContext& ctx);
 /// Gradient accumulation: with false, the next backward keeps gradients local (no reduction).

@@ -15,6 +15,15 @@ namespace {
 
 char* bytes_of(const Tensor& t) { return static_cast<char*>(t.data_ptr()); }
 
+/// The unsharded gradient as a plain tensor of p.shape (the TP-local gradient under FSDP + TP,
+/// brought to the parameter's TP placements first), or undefined.
+Tensor local_grad(const FSDPParam& p) {
+  Tensor g = p.unsharded.grad();
+  if (!g.defined() || !g.is_distributed()) return g;
+  if (placements(g) != p.tp_spec->placements) g = redistribute(g, p.tp_spec->placements);
+  return local_tensor(g);
+}
+
 std::atomic<int64_t> g_wait_ns{0};
 
 /// Waits for `w`, adding the blocked time to the exposed-communication counter.
@@ -35,16 +44,22 @@ int64_t FSDPParam::rows_of(int64_t r) const {
   return std::min(chunk_rows, rows - start);
 }
 
+const Tensor& FSDPParam::unsharded_local() const { return tp_spec ? local_tensor(unsharded) : unsharded; }
+
 FSDPParamGroup::FSDPParamGroup(nn::Module& module, std::vector<std::pair<std::vector<std::string>, Tensor>> params,
-                               const DeviceMesh& mesh, const FSDPOptions& opt, std::string label)
+                               const DeviceMesh& mesh, const FSDPOptions& opt, std::string label, bool tp_layout)
     : module_(module), mesh_(mesh), label_(std::move(label)) {
+  // Mesh dims: [replicate,] shard [, tp].
   const int nd = mesh.ndim();
-  shard_pg_ = mesh.group(nd - 1);
-  if (nd == 2) replicate_pg_ = mesh.group(0);
-  shard_size_ = mesh.size(nd - 1);
-  dp_size_ = mesh.size();
-  const int64_t coord = mesh.coordinate(nd - 1);
-  Placements pl = nd == 2 ? Placements{Replicate(), Shard(0)} : Placements{Shard(0)};
+  const int dp_dims = tp_layout ? nd - 1 : nd;
+  const int shard_dim = dp_dims - 1;
+  shard_pg_ = mesh.group(shard_dim);
+  if (dp_dims == 2) replicate_pg_ = mesh.group(0);
+  shard_size_ = mesh.size(shard_dim);
+  dp_size_ = 1;
+  for (int i = 0; i < dp_dims; ++i) dp_size_ *= mesh.size(i);
+  const int64_t tp_size = tp_layout ? mesh.size(nd - 1) : 1;
+  const int64_t coord = mesh.coordinate(shard_dim);
 
   storage_dtype_ = params.empty() ? DType::f32 : params[0].second.dtype();
   for (const auto& [names, t] : params)
@@ -57,7 +72,14 @@ FSDPParamGroup::FSDPParamGroup(nn::Module& module, std::vector<std::pair<std::ve
   for (auto& [names, t] : params) {
     FSDPParam p;
     p.fqns = names;
+    p.global_shape = t.sizes();
     p.shape = t.sizes();
+    Placement tp_pl = Replicate();
+    if (t.is_distributed()) {
+      p.tp_spec = dtensor_spec(t, "fully_shard");
+      p.shape = local_tensor(t).sizes();
+      tp_pl = p.tp_spec->placements.at(0);
+    }
     p.rows = p.shape[0];
     for (size_t d = 1; d < p.shape.size(); ++d) p.row_numel *= p.shape[d];
     p.chunk_rows = (p.rows + shard_size_ - 1) / shard_size_;
@@ -70,7 +92,13 @@ FSDPParamGroup::FSDPParamGroup(nn::Module& module, std::vector<std::pair<std::ve
       grad_numel_ += p.padded_numel();
       ++num_trainable_;
     }
-    p.spec = DTensorSpec{mesh, pl, p.shape, storage_dtype_};
+    Placements pl;
+    if (dp_dims == 2) pl.push_back(Replicate());
+    // TP also splitting dim 0 (colwise): the dp shard of the TP-local rows is a strided shard of
+    // the global rows (PyTorch's _StridedShard(0, split_factor = tp)).
+    pl.push_back(tp_pl.is_shard(0) ? StridedShard(0, tp_size) : Shard(0));
+    if (tp_layout) pl.push_back(tp_pl);
+    p.spec = DTensorSpec{mesh, pl, p.global_shape, storage_dtype_};
     params_.push_back(std::move(p));
   }
 
@@ -80,7 +108,8 @@ FSDPParamGroup::FSDPParamGroup(nn::Module& module, std::vector<std::pair<std::ve
   flat_shard_ = zeros({shard_numel_}, TensorOptions(storage_dtype_));
   for (size_t i = 0; i < params_.size(); ++i) {
     FSDPParam& p = params_[i];
-    const Tensor full = params[i].second.detach().contiguous();
+    const Tensor& src = params[i].second;
+    const Tensor full = (src.is_distributed() ? local_tensor(src) : src).detach().contiguous();
     Shape local_shape = p.shape;
     local_shape[0] = p.local_rows;
     Tensor local = flat_shard_.narrow(0, p.shard_offset, p.local_rows * p.row_numel).view(local_shape);
@@ -88,9 +117,11 @@ FSDPParamGroup::FSDPParamGroup(nn::Module& module, std::vector<std::pair<std::ve
     p.sharded = make_dtensor(local, *p.spec);
     if (p.trainable) p.sharded.set_requires_grad(true);
     p.sharded.set_name(p.fqns[0]);
-    // The unsharded parameter: a persistent leaf whose storage is allocated only while gathered.
-    p.unsharded = empty(p.shape, TensorOptions(param_dtype_));
-    p.unsharded.storage()->resize_(0);
+    // The unsharded parameter: a persistent leaf whose storage is allocated only while gathered
+    // (under FSDP + TP a DTensor with the TP spec over that storage).
+    Tensor buf = empty(p.shape, TensorOptions(param_dtype_));
+    buf.storage()->resize_(0);
+    p.unsharded = p.tp_spec ? make_dtensor(buf, *p.tp_spec) : buf;
     p.unsharded.set_name(p.fqns[0]);
     if (p.trainable) {
       p.unsharded.set_requires_grad(true);
@@ -142,8 +173,9 @@ void FSDPParamGroup::wait_unshard() {
   const char* src = bytes_of(gather_out_);
   for (FSDPParam& p : params_) {
     const size_t nbytes = static_cast<size_t>(p.rows * p.row_numel) * isz;
-    p.unsharded.storage()->resize_(nbytes);
-    char* dst = bytes_of(p.unsharded);
+    const Tensor& u = p.unsharded_local();
+    u.storage()->resize_(nbytes);
+    char* dst = bytes_of(u);
     for (int64_t r = 0; r < shard_size_; ++r) {
       const int64_t n = p.rows_of(r) * p.row_numel;
       if (n == 0) continue;
@@ -167,7 +199,7 @@ void FSDPParamGroup::drop_gather() {
 
 void FSDPParamGroup::reshard() {
   if (!unsharded_) return;
-  for (FSDPParam& p : params_) p.unsharded.storage()->resize_(0);
+  for (FSDPParam& p : params_) p.unsharded_local().storage()->resize_(0);
   unsharded_ = false;
   register_tensors(false);
 }
@@ -181,7 +213,7 @@ void FSDPParamGroup::reduce_grads_async() {
   char* dst = bytes_of(rs_in_);
   for (FSDPParam& p : params_) {
     if (!p.trainable) continue;
-    Tensor g = p.unsharded.grad();
+    Tensor g = local_grad(p);
     if (g.defined()) g = g.to(reduce_dtype_);
     if (p.acc_grad.defined()) g = g.defined() ? add(p.acc_grad, g) : p.acc_grad;
     p.unsharded.set_grad(Tensor());
@@ -241,7 +273,7 @@ void FSDPParamGroup::accumulate_unsynced() {
   NoGradGuard no_grad;
   for (FSDPParam& p : params_) {
     if (!p.trainable) continue;
-    Tensor g = p.unsharded.grad();
+    Tensor g = local_grad(p);
     if (!g.defined()) continue;
     g = g.to(reduce_dtype_);
     p.acc_grad = p.acc_grad.defined() ? add(p.acc_grad, g) : g.contiguous();

@@ -2,6 +2,9 @@
 // FSDPParamGroup: the parameters of one fully_shard unit, their Shard(0) storage in one flat
 // padded buffer, the flat all-gather that rebuilds the unsharded parameters and the flat
 // reduce-scatter of their gradients. Scheduling (hooks, prefetch, root) lives in fully_shard.cpp.
+// FSDP + TP: a parameter that is a tensor-parallel DTensor is sharded along dim 0 of its TP-local
+// tensor; the all-gather rebuilds that TP-local tensor (the unsharded parameter is the TP DTensor
+// again) and the reduce-scatter runs on the TP-local gradient, over the dp dims only.
 // Source: torch/distributed/fsdp/_fully_shard/_fsdp_param_group.py and _fsdp_collectives.py.
 #include <functional>
 #include <memory>
@@ -19,7 +22,8 @@ namespace dtr {
 /// One parameter managed by a unit.
 struct FSDPParam {
   std::vector<std::string> fqns;  // names relative to the unit's module (several when tied)
-  Shape shape;                    // global shape
+  Shape shape;                    // the tensor FSDP splits: global shape, or TP-local shape (FSDP + TP)
+  Shape global_shape;             // the parameter's global shape
   int64_t rows = 0;               // shape[0]
   int64_t row_numel = 1;          // product of shape[1:]
   int64_t chunk_rows = 0;         // ceil(rows / shard size): rows of every padded shard
@@ -27,13 +31,16 @@ struct FSDPParam {
   int64_t shard_offset = 0;       // element offset in the flat shard buffer (one rank's segment)
   int64_t grad_offset = -1;       // element offset in one rank's reduce-scatter segment (-1: frozen)
   bool trainable = false;
-  std::optional<DTensorSpec> spec;  // Shard(0) (or Replicate x Shard(0) for HSDP)
+  std::optional<DTensorSpec> spec;  // Shard(0) (HSDP: Replicate x Shard(0)); FSDP + TP: x TP placement
+  std::optional<DTensorSpec> tp_spec;  // FSDP + TP: the parameter's TP spec (1-d tp mesh), else none
   Tensor sharded;                 // the DTensor parameter (leaf) the optimizer steps
-  Tensor unsharded;               // plain leaf in param_dtype; its storage is freed when resharded
+  Tensor unsharded;               // leaf in param_dtype (a TP DTensor under FSDP + TP); storage freed when resharded
   Tensor acc_grad;                // unsynced accumulation in reduce_dtype (when != param_dtype)
   int64_t padded_numel() const { return chunk_rows * row_numel; }
   /// Rows rank r of the shard dim holds.
   int64_t rows_of(int64_t r) const;
+  /// The plain tensor holding the unsharded values (the TP-local tensor under FSDP + TP).
+  const Tensor& unsharded_local() const;
 };
 
 /// The parameters of one unit and their collectives.
@@ -43,8 +50,13 @@ class FSDPParamGroup {
   /// over `mesh` (1-d: Shard(0); 2-d (replicate, shard): Replicate x Shard(0)) and registers the
   /// sharded DTensors in the module. Each rank copies its torch.chunk rows of the full tensor
   /// (no communication: every rank must hold the same initial values, as in PyTorch).
+  /// FSDP + TP (`tp_layout`: the mesh's last dim is the tp mesh of the DTensor parameters, the
+  /// dims before it are (shard) or (replicate, shard)): a TP DTensor parameter is split along dim
+  /// 0 of its local tensor and placed [dp..., Shard(0) or StridedShard(0, tp) when TP shards dim
+  /// 0, TP placement]; plain parameters are [dp..., Shard(0), Replicate()]. fully_shard checks
+  /// that the meshes match.
   FSDPParamGroup(nn::Module& module, std::vector<std::pair<std::vector<std::string>, Tensor>> params,
-                 const DeviceMesh& mesh, const FSDPOptions& opt, std::string label);
+                 const DeviceMesh& mesh, const FSDPOptions& opt, std::string label, bool tp_layout = false);
   ~FSDPParamGroup();
   FSDPParamGroup(const FSDPParamGroup&) = delete;
   FSDPParamGroup& operator=(const FSDPParamGroup&) = delete;
@@ -94,7 +106,7 @@ class FSDPParamGroup {
   nn::Module& module_;
   DeviceMesh mesh_;
   std::shared_ptr<ProcessGroup> shard_pg_, replicate_pg_;
-  int64_t shard_size_ = 1, dp_size_ = 1;
+  int64_t shard_size_ = 1, dp_size_ = 1;  // dp_size_: product of the dp dims (tp excluded)
   std::string label_;
   std::vector<FSDPParam> params_;
   DType storage_dtype_ = DType::f32, param_dtype_ = DType::f32, reduce_dtype_ = DType::f32;

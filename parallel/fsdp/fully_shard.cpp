@@ -118,6 +118,21 @@ void check_dtype(std::optional<DType> dt, const char* what) {
             "fully_shard: MixedPrecisionPolicy.", what, " = ", *dt, " is not supported (expected f32, f64, bf16 or f16)");
 }
 
+/// FSDP + TP: a DTensor parameter must live on a 1-d mesh equal to the last ("tp") dim of the
+/// fully_shard mesh and be Shard or Replicate there.
+void check_tp_param(const std::string& label, const std::string& fqn, const Tensor& t, const DeviceMesh& mesh,
+                    bool tp_layout) {
+  const DTensorSpec& s = dtensor_spec(t, "fully_shard");
+  DTR_CHECK(tp_layout, "fully_shard(", label, "): parameter \"", fqn, "\" is already a DTensor (", s.str(),
+            "); for FSDP + TP pass the (dp_shard, tp) mesh whose \"tp\" dim is the parameter's mesh, got ",
+            mesh.str());
+  DTR_CHECK(s.mesh.ndim() == 1 && s.mesh == mesh["tp"], "fully_shard(", label, "): FSDP + TP mesh dims do not match: ",
+            "parameter \"", fqn, "\" lives on ", s.mesh.str(), " but the fully_shard mesh's tp dim is ",
+            mesh["tp"].str(), " (full mesh ", mesh.str(), ")");
+  DTR_CHECK(s.placements[0].is_shard() || s.placements[0].is_replicate(), "fully_shard(", label, "): parameter \"",
+            fqn, "\" has TP placement ", s.placements[0].str(), "; FSDP + TP needs Shard or Replicate");
+}
+
 int index_of(const std::vector<FSDPState*>& v, const FSDPState* s) {
   auto it = std::find(v.begin(), v.end(), s);
   return it == v.end() ? -1 : static_cast<int>(it - v.begin());
@@ -267,8 +282,18 @@ void register_dtensor_optim_converter() {
 void fully_shard(nn::Module& module, const DeviceMesh& mesh, const FSDPOptions& options) {
   const std::string label = module.type_name();
   DTR_CHECK(!state_of(&module), "fully_shard: called twice on the same ", label, " module");
-  DTR_CHECK(mesh.ndim() == 1 || mesh.ndim() == 2, "fully_shard(", label, "): expected a 1-d (shard) or 2-d ",
-            "(replicate, shard) mesh, got ", mesh.ndim(), " dims ", mesh.str());
+  // FSDP + TP: the mesh ends with a dim named "tp" (MeshContext's name), the mesh of the TP
+  // DTensor parameters.
+  const auto& names = mesh.dim_names();
+  const bool tp_layout = std::find(names.begin(), names.end(), "tp") != names.end();
+  if (tp_layout) {
+    DTR_CHECK(names.back() == "tp" && (mesh.ndim() == 2 || mesh.ndim() == 3), "fully_shard(", label,
+              "): FSDP + TP expects a (dp_shard, tp) or (dp_replicate, dp_shard, tp) mesh with tp last, got ",
+              mesh.str());
+  } else {
+    DTR_CHECK(mesh.ndim() == 1 || mesh.ndim() == 2, "fully_shard(", label, "): expected a 1-d (shard) or 2-d ",
+              "(replicate, shard) mesh, got ", mesh.ndim(), " dims ", mesh.str());
+  }
   DTR_CHECK(options.forward_prefetch_depth >= 0 && options.backward_prefetch_depth >= 0, "fully_shard(", label,
             "): prefetch depths must be >= 0 (forward ", options.forward_prefetch_depth, ", backward ",
             options.backward_prefetch_depth, ")");
@@ -287,8 +312,7 @@ void fully_shard(nn::Module& module, const DeviceMesh& mesh, const FSDPOptions& 
       DTR_ERROR("fully_shard(", label, "): parameter \"", fqn, "\" is shared with ", c->second.desc,
                 ", which another fully_shard unit already claimed; tied weights must live in one unit "
                 "(apply fully_shard to a module that contains both)");
-    DTR_CHECK(!t.is_distributed(), "fully_shard(", label, "): parameter \"", fqn, "\" is already a DTensor (",
-              t.dist_spec()->str(), "); FSDP + tensor parallel is not supported yet");
+    if (t.is_distributed()) check_tp_param(label, fqn, t, mesh, tp_layout);
     DTR_CHECK(t.dim() >= 1, "fully_shard(", label, "): parameter \"", fqn, "\" is 0-d; Shard(0) needs dim >= 1");
     DTR_CHECK(t.is_leaf(), "fully_shard(", label, "): parameter \"", fqn, "\" is not a leaf");
     auto it = index.find(t.impl());
@@ -306,7 +330,7 @@ void fully_shard(nn::Module& module, const DeviceMesh& mesh, const FSDPOptions& 
   st->module = &module;
   st->label = label;
   st->opt = options;
-  st->group = std::make_unique<FSDPParamGroup>(module, std::move(params), mesh, options, label);
+  st->group = std::make_unique<FSDPParamGroup>(module, std::move(params), mesh, options, label, tp_layout);
   for (const FSDPParam& p : st->group->params()) fsdp_dtensors()[p.sharded.impl()] = p.sharded.impl_ptr();
   std::weak_ptr<FSDPState> w = st;
   st->group->on_grad_ready = [w](int idx) {

@@ -24,6 +24,16 @@
 // size and added into the sharded parameters' .grad (Shard(0) DTensors). Frozen parameters are
 // gathered but never reduced; a unit without trainable parameters issues no reduce-scatter.
 //
+// FSDP + TP: when `mesh` has a dim named "tp" (last; MeshContext's name) the module's
+// parameters may be tensor-parallel DTensors on mesh["tp"] (after parallelize_module). The dims
+// before tp are the dp dims ((dp_shard) or HSDP (dp_replicate, dp_shard)). Each parameter's
+// TP-local tensor is split along dim 0 over dp_shard, so the sharded parameter is a DTensor on
+// the whole mesh: [Shard(0), TP placement], or [StridedShard(0, tp), Shard(0)] when TP splits dim
+// 0 too (colwise; rank (d, t) holds dp chunk d of TP block t, PyTorch's _StridedShard layout, so
+// full_tensor and checkpoints see rows in order); plain parameters are [Shard(0), Replicate()].
+// The all-gather over dp rebuilds the TP-local tensor (the module sees the TP DTensor again),
+// the TP-local gradient is reduce-scattered over dp and averaged over the dp size only.
+//
 // Backward contract: when every unit that has trainable parameters and ran forward received all
 // its gradients, the last post-accumulate hook waits for the outstanding reductions, so after
 // loss.backward() the sharded .grad are final. When some trainable parameter received no
@@ -38,9 +48,11 @@ namespace dtr {
 /// Shards `module`'s unclaimed parameters over `mesh` (see the file comment).
 /// Errors: fully_shard already called on `module`; a parameter also registered in a module
 /// outside this unit that an earlier unit claimed (tied weights across units; both FQNs named);
-/// a parameter that is already a DTensor not made by fully_shard (FSDP + TP is not built);
+/// a DTensor parameter (TP) with a mesh without a "tp" dim, a "tp" dim that is not last, or a
+/// tp dim that is not the parameter's mesh ("mesh dims do not match"), or a Partial TP placement;
 /// a 0-d or non-leaf parameter; parameters of one unit with different dtypes; a policy dtype
-/// that is not f32/f64/bf16/f16; a mesh that is not 1-d or 2-d; negative prefetch depths.
+/// that is not f32/f64/bf16/f16; a mesh that is not 1-d or 2-d (2-d or 3-d with tp); negative
+/// prefetch depths.
 void fully_shard(nn::Module& module, const DeviceMesh& mesh, const FSDPOptions& options = {});
 
 /// True when fully_shard was called on `module`.
