@@ -1,5 +1,18 @@
 // dtr-bench: the benchmark front end. `dtr-bench <name> [args]` with name one of gemm, ops,
-// dtensor, collectives. Each prints dtr beside its reference, measured in the same run.
+// dtensor, collectives, fsdp, train-step. Each prints dtr beside its reference, measured in the
+// same run, except train-step, which profiles dtr's training step alone (bench/compare/ puts it
+// beside PyTorch).
+//
+// dtr-bench train-step [--layers 30] [--hidden 576] [--intermediate 1536] [--heads 9]
+//     [--kv-heads 3] [--vocab 49152] [--seq 256] [--batch 4] [--lora-rank 8] [--lora-alpha 16]
+//     [--steps 10] [--warmup 2] [--threads T] [--full-ft] [--fsdp]
+//   Llama (SmolLM2-135M shape by default: tied embeddings, rope theta 1e5, rms eps 1e-5), random
+//   init and random token ids / labels (fixed seed, labels used unshifted), LoRA on
+//   q,k,v,o,gate,up,down (or --full-ft: every weight trainable), AdamW lr 1e-4. --fsdp (under
+//   mpirun): fully_shard per decoder layer + root over the world (parallelize_model). Prints the
+//   per-phase and per-op tables and, as the last line, one JSON object (step_ms_median,
+//   tokens_per_s, model_flops_per_step, peak_rss_mib, phases{...}). Model FLOPs formula:
+//   bench/train_step.h (train_step_model_flops).
 #include <cstdio>
 #include <cstring>
 #include <map>
@@ -13,6 +26,7 @@
 #include "bench/gemm_gpu.h"
 #endif
 #include "bench/ops.h"
+#include "bench/train_step.h"
 #include "runtime/env.h"
 #include "tensor/error.h"
 
@@ -26,11 +40,12 @@ int main(int argc, char** argv) {
       {"dtensor", dtr::bench::bench_dtensor},
       {"collectives", dtr::bench::bench_collectives},
       {"fsdp", dtr::bench::bench_fsdp},
+      {"train-step", dtr::bench::bench_train_step},
   };
   if (argc < 2 || !benches.count(argv[1])) {
     std::fprintf(stderr, "usage: dtr-bench <name> [args]   names:");
     for (auto& [n, f] : benches) std::fprintf(stderr, " %s", n.c_str());
-    std::fprintf(stderr, "\n");
+    std::fprintf(stderr, "\n  (options of each: see apps/dtr_bench.cpp and bench/*.h)\n");
     return 2;
   }
   int rc = 0;

@@ -1,9 +1,12 @@
 #include "tensor/dispatch.h"
 #include "tensor/dispatch_mode.h"
 
+#include <chrono>
 #include <map>
 #include <memory>
 #include <mutex>
+
+#include "tensor/profiler.h"
 
 namespace dtr {
 namespace {
@@ -16,6 +19,26 @@ std::mutex& registry_mutex() {
   return m;
 }
 DistributedDispatcher* g_dist = nullptr;
+
+/// Depth of profiled dispatch()/run_kernel() calls on this thread (only the outermost is timed).
+thread_local int t_profile_depth = 0;
+
+/// Times `fn` for op `call` when profiling is on and this is the outermost call of the thread.
+template <class Fn>
+std::vector<Tensor> profiled(const OpCall& call, Fn&& fn) {
+  if (!detail::g_op_profiling.load(std::memory_order_relaxed) || t_profile_depth > 0) return fn();
+  struct Depth {
+    Depth() { ++t_profile_depth; }
+    ~Depth() { --t_profile_depth; }
+  } depth;
+  const auto t0 = std::chrono::steady_clock::now();
+  std::vector<Tensor> out = fn();
+  const auto ns = std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - t0).count();
+  detail::record_op_time(call.op->name, static_cast<int64_t>(ns));
+  return out;
+}
+
+std::vector<Tensor> run_kernel_impl(const OpCall& call);
 
 Tensor cast_local(const Tensor& t, DType dt) {
   static const OpDef* cast = op_def("to_dtype");
@@ -53,6 +76,11 @@ void set_distributed_dispatcher(DistributedDispatcher* d) { g_dist = d; }
 DistributedDispatcher* distributed_dispatcher() { return g_dist; }
 
 std::vector<Tensor> run_kernel(const OpCall& call) {
+  return profiled(call, [&] { return run_kernel_impl(call); });
+}
+
+namespace {
+std::vector<Tensor> run_kernel_impl(const OpCall& call) {
   Device dev = Device::cpu();
   bool have_dev = false;
   DType low = DType::f32;
@@ -83,6 +111,7 @@ std::vector<Tensor> run_kernel(const OpCall& call) {
     if (o.defined() && o.dtype() == DType::f32) o = cast_local(o, low);
   return outs;
 }
+}  // namespace
 
 namespace {
 thread_local DispatchMode* t_dispatch_mode = nullptr;
@@ -101,7 +130,7 @@ std::vector<Tensor> dispatch(const OpCall& call) {
   }
   if (g_dist) {
     for (const Tensor& t : call.inputs)
-      if (t.defined() && t.is_distributed()) return g_dist->dispatch(call);
+      if (t.defined() && t.is_distributed()) return profiled(call, [&] { return g_dist->dispatch(call); });
   }
   return run_kernel(call);
 }

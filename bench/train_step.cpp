@@ -1,0 +1,346 @@
+// dtr-bench train-step (see train_step.h).
+#include "bench/train_step.h"
+
+#include <sys/resource.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <map>
+#include <memory>
+#include <random>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "bench/bench_util.h"
+#include "models/llama/llama.h"
+#include "models/lora/inject.h"
+#include "parallel/fsdp/fully_shard.h"
+#include "parallel/mesh_context.h"
+#include "parallel/model_parallelizer.h"
+#include "runtime/env.h"
+#include "tensor/autograd/grad_mode.h"
+#include "tensor/ops.h"
+#include "tensor/optim/adamw.h"
+#include "tensor/profiler.h"
+#include "tensor/random.h"
+
+namespace dtr::bench {
+namespace {
+
+LlamaConfig llama_config(const TrainStepConfig& c) {
+  LlamaConfig l;
+  l.vocab_size = c.vocab;
+  l.hidden_size = c.hidden;
+  l.intermediate_size = c.intermediate;
+  l.num_hidden_layers = c.layers;
+  l.num_attention_heads = c.heads;
+  l.num_key_value_heads = c.kv_heads;
+  l.head_dim = c.hidden / c.heads;
+  l.max_position_embeddings = std::max<int64_t>(2048, c.seq);
+  l.rope_theta = 100000.0;
+  l.rms_norm_eps = 1e-5;
+  l.tie_word_embeddings = true;
+  return l;
+}
+
+double median(std::vector<double> v) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  const size_t n = v.size();
+  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+/// Peak resident set of this process in MiB (getrusage ru_maxrss, KiB on Linux).
+double peak_rss_mib() {
+  rusage u{};
+  getrusage(RUSAGE_SELF, &u);
+  return static_cast<double>(u.ru_maxrss) / 1024.0;
+}
+
+/// Best FLOP/s of dtr's f32 matmul at 1024^3 (the SGEMM peak MFU is measured against).
+double sgemm_peak_flops() {
+  NoGradGuard ng;
+  const int64_t n = 1024;
+  Tensor a = randn({n, n}), b = randn({n, n});
+  double best = 0;
+  for (int i = 0; i < 5; ++i) {
+    const double t0 = now_s();
+    Tensor c = matmul(a, b);
+    const double s = now_s() - t0;
+    if (s > 0) best = std::max(best, 2.0 * n * n * n / s);
+  }
+  return best;
+}
+
+/// Coarse family of an op name for the per-family table.
+std::string op_family(const std::string& n) {
+  auto has = [&](const char* s) { return n.find(s) != std::string::npos; };
+  if (has("attention") || has("sdpa")) return "attention";
+  if (has("matmul") || has("mm") || has("linear") || has("gemm")) return "gemm";
+  if (has("cross_entropy") || has("nll") || has("softmax")) return "softmax/loss";
+  if (has("norm")) return "norm";
+  if (has("rope") || has("rotary")) return "rope";
+  if (has("embedding")) return "embedding";
+  if (has("adam") || has("optim")) return "optimizer";
+  if (has("sum") || has("mean") || has("max") || has("reduce")) return "reduction";
+  if (has("copy") || has("contiguous") || has("cat") || has("to_dtype") || has("transpose") || has("permute") ||
+      has("slice") || has("index") || has("gather") || has("scatter") || has("fill") || has("zeros") ||
+      has("empty") || has("full"))
+    return "copy/layout/factory";
+  return "pointwise";
+}
+
+struct Phases {
+  std::vector<double> step, fwd, bwd, opt, comm, other;
+};
+
+constexpr const char* kHelp =
+    "dtr-bench train-step [--layers 30] [--hidden 576] [--intermediate 1536] [--heads 9] [--kv-heads 3]\n"
+    "    [--vocab 49152] [--seq 256] [--batch 4] [--lora-rank 8] [--lora-alpha 16] [--steps 10] [--warmup 2]\n"
+    "    [--threads T] [--full-ft] [--fsdp]\n"
+    "Llama (SmolLM2-135M shape by default, tied embeddings), random init, random token ids and labels\n"
+    "(fixed seed, labels unshifted), LoRA on q,k,v,o,gate,up,down (--full-ft: all weights trainable),\n"
+    "AdamW lr 1e-4; --fsdp under mpirun: fully_shard per decoder layer + root over the world.\n"
+    "Model FLOPs per step (T = batch*seq tokens, N = weights entering a matmul: all decoder Linears +\n"
+    "lm_head hidden*vocab, embedding lookup 0; attention counts the full SxS square like PaLM/torchtitan):\n"
+    "  attention = 12*L*H*D*S*T\n"
+    "  full FT   = 6*N*T + attention\n"
+    "  LoRA      = 4*N*T + 6*T*sum_adapters r*(in+out) + attention   (frozen base: no weight grads)\n"
+    "Last stdout line: one JSON object (step_ms_median, tokens_per_s, model_flops_per_step, peak_rss_mib,\n"
+    "phases{forward_ms, backward_ms, optimizer_ms, comm_exposed_ms, other_ms}, ...).\n";
+
+/// 0: parsed; 1: help printed; 2: bad arguments (message printed).
+int parse(int argc, char** argv, TrainStepConfig& c) {
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    if (a == "--help" || a == "-h") {
+      if (rank() == 0) std::printf("%s", kHelp);
+      return 1;
+    }
+    auto next_i = [&](int64_t& v, int64_t lo) {
+      if (i + 1 >= argc) return false;
+      v = std::atoll(argv[++i]);
+      return v >= lo;
+    };
+    auto next_int = [&](int& v, int lo) {
+      int64_t x = 0;
+      if (!next_i(x, lo)) return false;
+      v = static_cast<int>(x);
+      return true;
+    };
+    bool ok = true;
+    if (a == "--layers") ok = next_i(c.layers, 1);
+    else if (a == "--hidden") ok = next_i(c.hidden, 1);
+    else if (a == "--intermediate") ok = next_i(c.intermediate, 1);
+    else if (a == "--heads") ok = next_i(c.heads, 1);
+    else if (a == "--kv-heads") ok = next_i(c.kv_heads, 1);
+    else if (a == "--vocab") ok = next_i(c.vocab, 2);
+    else if (a == "--seq") ok = next_i(c.seq, 1);
+    else if (a == "--batch") ok = next_i(c.batch, 1);
+    else if (a == "--lora-rank") ok = next_i(c.lora_rank, 1);
+    else if (a == "--lora-alpha") {
+      ok = i + 1 < argc;
+      if (ok) c.lora_alpha = std::atof(argv[++i]);
+      ok = ok && c.lora_alpha > 0;
+    } else if (a == "--steps") ok = next_int(c.steps, 1);
+    else if (a == "--warmup") ok = next_int(c.warmup, 0);
+    else if (a == "--threads") ok = next_int(c.threads, 1);
+    else if (a == "--full-ft") c.full_ft = true;
+    else if (a == "--fsdp") c.fsdp = true;
+    else ok = false;
+    if (!ok) {
+      if (rank() == 0) std::fprintf(stderr, "dtr-bench train-step: bad argument '%s'\n%s", a.c_str(), kHelp);
+      return 2;
+    }
+  }
+  if (c.hidden % c.heads != 0 || c.heads % c.kv_heads != 0) {
+    if (rank() == 0)
+      std::fprintf(stderr, "dtr-bench train-step: heads (%lld) must divide hidden (%lld) and kv-heads (%lld) heads\n",
+                   static_cast<long long>(c.heads), static_cast<long long>(c.hidden),
+                   static_cast<long long>(c.kv_heads));
+    return 2;
+  }
+  return 0;
+}
+
+}  // namespace
+
+double train_step_model_flops(const TrainStepConfig& c) {
+  const double T = static_cast<double>(c.batch * c.seq), S = static_cast<double>(c.seq);
+  const double L = static_cast<double>(c.layers), h = static_cast<double>(c.hidden);
+  const double D = h / static_cast<double>(c.heads), H = static_cast<double>(c.heads);
+  const double q = H * D, kv = static_cast<double>(c.kv_heads) * D, f = static_cast<double>(c.intermediate);
+  const double per_layer = h * q + 2 * h * kv + q * h + 3 * h * f;  // q, k, v, o, gate, up, down
+  const double N = L * per_layer + h * static_cast<double>(c.vocab);  // + lm_head
+  const double attention = 12.0 * L * H * D * S * T;
+  if (c.full_ft) return 6.0 * N * T + attention;
+  const double r = static_cast<double>(c.lora_rank);
+  // Adapters: (in, out) of q, k, v, o, gate, up, down.
+  const double adapters = L * r * ((h + q) + 2 * (h + kv) + (q + h) + 2 * (h + f) + (f + h));
+  return 4.0 * N * T + 6.0 * T * adapters + attention;
+}
+
+int bench_train_step(int argc, char** argv) {
+  if (!is_initialized()) init(argc, argv);
+  TrainStepConfig c;
+  if (const int rc = parse(argc, argv, c); rc != 0) return rc == 1 ? 0 : 2;
+  if (c.threads > 0) set_num_threads(c.threads);
+  const int world = world_size();
+  const bool root = rank() == 0;
+
+  MeshContext ctx;
+  ctx.world_size = world;
+  ctx.dp_size = ctx.dp_shard_size = world;
+  if (c.fsdp) {
+    ctx.validate("dtr-bench train-step");
+    ctx.build_mesh();
+  }
+
+  manual_seed(1234);
+  auto model = std::make_shared<LlamaForCausalLM>(llama_config(c));
+  if (!c.full_ft) {
+    LoraConfig lc;
+    lc.target_modules = {"q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"};
+    lc.options.r = c.lora_rank;
+    lc.options.alpha = c.lora_alpha;
+    apply_lora(*model, lc);
+  }
+  int64_t total = 0, trainable = 0;
+  for (const auto& [n, p] : model->named_parameters()) {
+    total += p.numel();
+    if (p.requires_grad()) trainable += p.numel();
+  }
+  if (c.fsdp) parallelize_model(*model, ctx);
+  std::vector<Tensor> params;
+  for (const Tensor& p : model->parameters())
+    if (p.requires_grad()) params.push_back(p);
+  optim::AdamWOptions ao;
+  ao.lr = 1e-4;
+  optim::AdamW optimizer(params, ao);
+
+  // Random token ids and labels from a fixed seed (per rank), labels used as given (no shift).
+  std::mt19937_64 gen(42 + static_cast<uint64_t>(rank()));
+  std::uniform_int_distribution<int64_t> tok(0, c.vocab - 1);
+  std::vector<int64_t> ids_v(static_cast<size_t>(c.batch * c.seq)), lab_v(ids_v.size());
+  for (auto& x : ids_v) x = tok(gen);
+  for (auto& x : lab_v) x = tok(gen);
+  const Tensor ids = from_vector<int64_t>(ids_v, {c.batch, c.seq});
+  const Tensor labels = from_vector<int64_t>(lab_v, {c.batch, c.seq});
+
+  const double peak = sgemm_peak_flops();
+  Phases ph;
+  double loss_v = 0;
+  auto step = [&](bool record) {
+    const double c0 = fsdp_exposed_comm_seconds(), t0 = now_s();
+    Tensor loss = causal_lm_loss(model->call(ids), labels, false);
+    const double c1 = fsdp_exposed_comm_seconds(), t1 = now_s();
+    loss.backward();
+    if (c.fsdp) finish_model_backward(*model, ctx);
+    const double c2 = fsdp_exposed_comm_seconds(), t2 = now_s();
+    optimizer.step();
+    optimizer.zero_grad();
+    const double c3 = fsdp_exposed_comm_seconds(), t3 = now_s();
+    loss_v = static_cast<double>(loss.detach().item<float>());
+    const double t4 = now_s();
+    if (!record) return;
+    const double comm = c3 - c0;
+    ph.step.push_back(t4 - t0);
+    ph.fwd.push_back((t1 - t0) - (c1 - c0));
+    ph.bwd.push_back((t2 - t1) - (c2 - c1));
+    ph.opt.push_back((t3 - t2) - (c3 - c2));
+    ph.comm.push_back(comm);
+    ph.other.push_back(t4 - t3);
+  };
+  for (int i = 0; i < c.warmup; ++i) step(false);
+  if (c.fsdp) (void)all_ranks_max(0);  // start the timed steps together
+  reset_op_profile();
+  {
+    OpProfilerScope prof;
+    for (int i = 0; i < c.steps; ++i) step(true);
+  }
+  const std::vector<OpProfileEntry> ops = op_profile();
+
+  const double step_s = median(ph.step);
+  const double tokens = static_cast<double>(c.batch * c.seq * world);
+  const double flops = train_step_model_flops(c) * world;
+  const double rss = static_cast<double>(all_ranks_max(static_cast<int64_t>(peak_rss_mib() * 1024.0))) / 1024.0;
+  const double ms = 1e3;
+  if (root) {
+    std::printf("dtr-bench train-step: %s, %lld layers hidden %lld inter %lld heads %lld/%lld vocab %lld, "
+                "batch %lld x seq %lld per rank, world %d, %d threads/rank; %lld params, %lld trainable; "
+                "%d timed steps after %d warm-up; loss %.4f\n",
+                c.full_ft ? "full fine-tune" : "LoRA", static_cast<long long>(c.layers),
+                static_cast<long long>(c.hidden), static_cast<long long>(c.intermediate),
+                static_cast<long long>(c.heads), static_cast<long long>(c.kv_heads), static_cast<long long>(c.vocab),
+                static_cast<long long>(c.batch), static_cast<long long>(c.seq), world, num_threads(),
+                static_cast<long long>(total), static_cast<long long>(trainable), c.steps, c.warmup, loss_v);
+    std::printf("\nphase (median over steps, rank 0)  ms       %% of step\n");
+    auto row = [&](const char* n, const std::vector<double>& v) {
+      const double m = median(v);
+      std::printf("  %-30s %9.2f %8.1f%%\n", n, m * ms, step_s > 0 ? 100.0 * m / step_s : 0.0);
+    };
+    row("forward (incl. loss)", ph.fwd);
+    row("backward", ph.bwd);
+    row("optimizer (step + zero_grad)", ph.opt);
+    row("communication exposed", ph.comm);
+    row("other", ph.other);
+    row("step", ph.step);
+    const double n_steps = static_cast<double>(c.steps);
+    double in_ops = 0;
+    std::map<std::string, std::pair<int64_t, double>> fam;
+    for (const auto& e : ops) {
+      in_ops += e.seconds;
+      auto& f = fam[op_family(e.name)];
+      f.first += e.calls;
+      f.second += e.seconds;
+    }
+    double sum_steps = 0;  // the op table's % are of the total time of the timed steps
+    for (double t : ph.step) sum_steps += t;
+    std::vector<std::pair<std::string, std::pair<int64_t, double>>> fams(fam.begin(), fam.end());
+    std::sort(fams.begin(), fams.end(), [](auto& a, auto& b) { return a.second.second > b.second.second; });
+    std::printf("\nop family (outermost dispatch, per step)  calls     ms   %% of step\n");
+    for (const auto& [n, f] : fams)
+      std::printf("  %-36s %7.0f %8.2f %8.1f%%\n", n.c_str(), static_cast<double>(f.first) / n_steps,
+                  f.second / n_steps * ms, 100.0 * f.second / sum_steps);
+    std::printf("  %-36s %7s %8.2f %8.1f%%\n", "(outside ops: autograd, hooks, comm)", "",
+                (sum_steps - in_ops) / n_steps * ms, 100.0 * (sum_steps - in_ops) / sum_steps);
+    std::printf("\nop (per step)                            calls     ms   %% of step\n");
+    for (const auto& e : ops)
+      std::printf("  %-36s %7.0f %8.2f %8.1f%%\n", e.name.c_str(), static_cast<double>(e.calls) / n_steps,
+                  e.seconds / n_steps * ms, 100.0 * e.seconds / sum_steps);
+    std::printf("\nmodel FLOPs/step %.4g (%s; see bench/train_step.h), %.2f GFLOP/s, SGEMM peak %.2f GFLOP/s/rank, "
+                "MFU %.1f%%, %.1f tokens/s, peak RSS %.1f MiB (max over ranks)\n",
+                flops, c.full_ft ? "6NT + attention" : "4NT + LoRA + attention", flops / step_s * 1e-9,
+                peak * 1e-9, 100.0 * flops / step_s / (peak * world), tokens / step_s, rss);
+    nlohmann::json j;
+    j["bench"] = "train-step";
+    j["framework"] = "dtr";
+    j["step_ms_median"] = step_s * ms;
+    j["tokens_per_s"] = tokens / step_s;
+    j["model_flops_per_step"] = flops;
+    j["model_flops_per_s"] = flops / step_s;
+    j["sgemm_peak_flops"] = peak;
+    j["mfu"] = flops / step_s / (peak * world);
+    j["peak_rss_mib"] = rss;
+    j["loss"] = loss_v;
+    j["phases"] = {{"forward_ms", median(ph.fwd) * ms},
+                   {"backward_ms", median(ph.bwd) * ms},
+                   {"optimizer_ms", median(ph.opt) * ms},
+                   {"comm_exposed_ms", median(ph.comm) * ms},
+                   {"other_ms", median(ph.other) * ms}};
+    j["config"] = {{"layers", c.layers}, {"hidden", c.hidden},      {"intermediate", c.intermediate},
+                   {"heads", c.heads},   {"kv_heads", c.kv_heads},  {"vocab", c.vocab},
+                   {"seq", c.seq},       {"batch", c.batch},        {"lora_rank", c.lora_rank},
+                   {"lora_alpha", c.lora_alpha}, {"full_ft", c.full_ft}, {"fsdp", c.fsdp},
+                   {"world", world},     {"threads", num_threads()}, {"steps", c.steps},
+                   {"warmup", c.warmup}, {"params", total},         {"trainable_params", trainable}};
+    std::printf("\n%s\n", j.dump().c_str());
+    std::fflush(stdout);
+  }
+  return 0;
+}
+
+}  // namespace dtr::bench
