@@ -2,10 +2,22 @@
 // equals the CPU output exactly (same mask bit for bit, same scaling), for f32 and bf16, any
 // size and strides, in backward, and for a shard of a distributed tensor (global indexing).
 #include "cuda_test_util.h"
+#include "tensor/ops/cuda/philox.cuh"
 #include "tensor/dispatch.h"
 #include "tensor/random.h"
 
 using namespace dtr;
+
+TEST_CASE("the kernels' Philox (philox.cuh, host build) equals dtr::philox_uniform", "[cuda]") {
+  // Runs without a GPU: the same source compiles for the device, where only the high-word
+  // multiply differs (__umulhi instead of the 64-bit product).
+  int64_t mismatches = 0;
+  for (uint64_t seed : {uint64_t{0}, uint64_t{1234}, uint64_t{0xdeadbeefcafef00dull}})
+    for (uint64_t base : {uint64_t{0}, uint64_t{4097}, uint64_t{1} << 40})
+      for (uint64_t i = 0; i < 257; ++i)
+        mismatches += cuda_ops::philox_uniform_hd(seed, base + i) != philox_uniform(seed, base + i);
+  CHECK(mismatches == 0);
+}
 
 TEST_CASE("cuda dropout equals the CPU dropout exactly", "[cuda]") {
   DTR_REQUIRE_CUDA();

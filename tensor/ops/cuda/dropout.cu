@@ -7,34 +7,10 @@
 // values are x * (1 / (1 - p)) in f32 (f64 for f64), rounded once like the CPU's upcast.
 #include "tensor/dispatch.h"
 #include "tensor/ops/cuda/launch_util.cuh"
+#include "tensor/ops/cuda/philox.cuh"
 
 namespace dtr::cuda_ops {
 namespace {
-
-/// Philox 4x32-10 (Salmon et al. 2011), the same rounds and constants as tensor/random.cpp.
-__device__ __forceinline__ uint32_t philox_word(uint64_t seed, uint64_t counter_lo, int word) {
-  uint32_t c0 = static_cast<uint32_t>(counter_lo), c1 = static_cast<uint32_t>(counter_lo >> 32);
-  uint32_t c2 = 0, c3 = 0;
-  uint32_t k0 = static_cast<uint32_t>(seed), k1 = static_cast<uint32_t>(seed >> 32);
-#pragma unroll
-  for (int r = 0; r < 10; ++r) {
-    const uint32_t hi0 = __umulhi(0xD2511F53u, c0), lo0 = 0xD2511F53u * c0;
-    const uint32_t hi1 = __umulhi(0xCD9E8D57u, c2), lo1 = 0xCD9E8D57u * c2;
-    const uint32_t n0 = hi1 ^ c1 ^ k0, n1 = lo1, n2 = hi0 ^ c3 ^ k1, n3 = lo0;
-    c0 = n0;
-    c1 = n1;
-    c2 = n2;
-    c3 = n3;
-    k0 += 0x9E3779B9u;
-    k1 += 0xBB67AE85u;
-  }
-  return word == 0 ? c0 : word == 1 ? c1 : word == 2 ? c2 : c3;
-}
-
-/// Uniform in [0, 1) for element `index` of stream `seed` (== dtr::philox_uniform).
-__device__ __forceinline__ float philox_uniform_dev(uint64_t seed, uint64_t index) {
-  return static_cast<float>(philox_word(seed, index / 4, static_cast<int>(index % 4)) >> 8) * (1.0f / 16777216.0f);
-}
 
 /// Local row-major index -> global row-major index (shard of a global tensor).
 struct GlobalIndex {
@@ -57,7 +33,7 @@ template <class T>
 __global__ void dropout_kernel(const T* x, T* out, int64_t n, double p, uint64_t seed, uint64_t offset,
                                GlobalIndex gi, acc_t<T> scale) {
   DTR_GRID_STRIDE_LOOP(i, n) {
-    const bool keep = static_cast<double>(philox_uniform_dev(seed, offset + gi(i))) >= p;
+    const bool keep = static_cast<double>(philox_uniform_hd(seed, offset + gi(i))) >= p;
     out[i] = keep ? store<T>(load(x[i]) * scale) : store<T>(acc_t<T>(0));
   }
 }
