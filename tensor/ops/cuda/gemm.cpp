@@ -119,7 +119,8 @@ void make_layout(Layout& L, cudaDataType_t t, int64_t rows, int64_t cols, int64_
 
 /// D [batch x (n x m) column-major, ld n] = opA(A) opB(B) (+ bias over rows of D), where in
 /// row-major terms out[m, n] = a[m, k] b[k, n]: A describes b^T, B describes a^T.
-/// Returns false when cuBLASLt has no algorithm for the bias epilogue (caller adds the bias).
+/// Returns false when cuBLASLt's heuristic has no algorithm (e.g. for the bias epilogue, or
+/// for unusual alignments); the caller then falls back (bias added separately, aligned copies).
 bool lt_matmul(const Operand& A, const Operand& B, void* D, int64_t m, int64_t n, int64_t k, int64_t batch,
                DType dt, const void* bias) {
   const Types ty = types_for(dt);
@@ -174,9 +175,10 @@ bool lt_matmul(const Operand& A, const Operand& B, void* D, int64_t m, int64_t n
     const cublasStatus_t st = cublasLtMatmulAlgoGetHeuristic(lt_handle(), desc.d, la.l, lb.l, ld.l, ld.l, pref.p, 1,
                                                              &heur, &returned);
     if (st != CUBLAS_STATUS_SUCCESS || returned == 0) {
-      if (bias) return false;  // retry without the epilogue
-      DTR_ERROR("cuda gemm: cuBLASLt has no algorithm for ", dtype_name(dt), " m=", m, " n=", n, " k=", k,
-                " batch=", batch, " (", cublasLtGetStatusString(st), ")");
+      if (st != CUBLAS_STATUS_SUCCESS && st != CUBLAS_STATUS_NOT_SUPPORTED)
+        DTR_ERROR("cuda gemm: cublasLtMatmulAlgoGetHeuristic failed for ", dtype_name(dt), " m=", m, " n=", n,
+                  " k=", k, " batch=", batch, ": ", cublasLtGetStatusString(st));
+      return false;
     }
     std::lock_guard<std::mutex> lock(g_mu);
     g_algos[key] = heur;
@@ -268,10 +270,16 @@ Tensor gemm(const Tensor& a_in, const Tensor& b_in, const Tensor& bias_in) {
   const Operand A = operand(b_in, hb);  // b^T
   const Operand Bop = operand(a_in, ha);  // a^T
   const Tensor bias = bias_in.defined() ? bias_in.contiguous() : Tensor();
-  if (!lt_matmul(A, Bop, out.data_ptr(), m, n, k, B, a_in.dtype(), bias.defined() ? bias.data_ptr() : nullptr)) {
-    lt_matmul(A, Bop, out.data_ptr(), m, n, k, B, a_in.dtype(), nullptr);
-    out = add(out, bias);
+  const DType dt = a_in.dtype();
+  if (bias.defined() && lt_matmul(A, Bop, out.data_ptr(), m, n, k, B, dt, bias.data_ptr())) return out;
+  if (!lt_matmul(A, Bop, out.data_ptr(), m, n, k, B, dt, nullptr)) {
+    // No algorithm for these layouts / alignments: fresh (256-byte aligned) contiguous copies.
+    Tensor ca, cb;
+    const Operand A2 = operand(b_in.clone(), cb), B2 = operand(a_in.clone(), ca);
+    DTR_CHECK(lt_matmul(A2, B2, out.data_ptr(), m, n, k, B, dt, nullptr), "cuda gemm: cuBLASLt has no algorithm for ",
+              dtype_name(dt), " m=", m, " n=", n, " k=", k, " batch=", B, " even with contiguous operands");
   }
+  if (bias.defined()) out = add(out, bias);
   return out;
 }
 
