@@ -46,7 +46,7 @@ esac
 # ---- PyTorch venv ---------------------------------------------------------------------------
 PY="$VENV/bin/python"
 if ! "$PY" -c 'import torch' >/dev/null 2>&1; then
-  LOG="$VENV.install.log"
+  LOG="${TMPDIR:-/tmp}/dtr-bench-venv-install.log"
   echo "creating PyTorch venv $VENV (log: $LOG)"
   python3 -m venv "$VENV" >"$LOG" 2>&1 || die "cannot create the venv $VENV (python3 -m venv failed; see $LOG)"
   # The CPU wheel index first; PyPI's default wheel (same CPU kernels, CUDA libraries unused)
