@@ -137,8 +137,9 @@ TEST_CASE("gemm: TF32 is opt-in for f32", "[cuda]") {
   cuda::set_allow_tf32(false);
   CHECK(testing::compare_with_cpu(mm(a.to(dev), b.to(dev)), ref, gemm_atol(DType::f32, 256), 1e-5, "f32") == "");
   cuda::set_allow_tf32(true);
-  // TF32 keeps 10 mantissa bits of the inputs: ~1e-3 relative per product, sqrt(k) growth.
-  CHECK(testing::compare_with_cpu(mm(a.to(dev), b.to(dev)), ref, 2e-3 * 16, 1e-2, "tf32") == "");
+  // TF32 keeps 10 mantissa bits of the inputs: up to 2^-10 relative error per input, so each
+  // product of N(0,1) values errs by ~8e-4 (std) and the sum of k = 256 by ~0.013; 0.1 is ~8 std.
+  CHECK(testing::compare_with_cpu(mm(a.to(dev), b.to(dev)), ref, 0.1, 1e-2, "tf32") == "");
   cuda::set_allow_tf32(before);
 }
 
