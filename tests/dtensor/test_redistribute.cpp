@@ -120,10 +120,13 @@ TEST_CASE("strided shard (FSDP + TP on one dim) keeps rows in the right order", 
     const int64_t first_row[4] = {0, 4, 2, 6};
     Tensor expect = full.narrow(0, first_row[rank()], 2);
     CHECK(max_abs_diff(local_tensor(x), expect) == 0);
+    CHECK(dtensor_spec(x).local_offset()[0] == first_row[rank()]);  // one contiguous range
     CHECK(max_abs_diff(full_tensor(x), full) == 0);
-    // Uneven rows, and back to a plain shard.
+    // Uneven rows, and back to a plain shard. Rank (d, t) holds dp chunk d of TP block t.
     Tensor u = pattern({7, 3});
     Tensor y = distribute_tensor(u, mesh, {StridedShard(0, 2), Shard(0)});
+    const Chunk block = chunk_of(7, 2, mesh.coordinate(1)), piece = chunk_of(block.size, 2, mesh.coordinate(0));
+    CHECK(max_abs_diff(local_tensor(y), u.narrow(0, block.offset + piece.offset, piece.size)) == 0);
     CHECK(max_abs_diff(full_tensor(y), u) == 0);
     Tensor z = redistribute(y, {Replicate(), Shard(0)});
     CHECK(max_abs_diff(full_tensor(z), u) == 0);
