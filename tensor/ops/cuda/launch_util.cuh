@@ -3,8 +3,8 @@
 //   - element types: C++ types of the floating dtypes on the device (__nv_bfloat16, __half),
 //     their f32 (f64 for double) accumulation type, load/store conversions;
 //   - dispatch_floating / dispatch_numeric: call a generic host lambda with the element type;
-//   - OffsetCalc<N>: maps a row-major linear index over a shape to element offsets of N
-//     operands with arbitrary (broadcast / zero) strides, after coalescing dims on the host;
+//   - OffsetCalc<N> (offset_calc.h): row-major linear index -> element offsets of N operands
+//     with arbitrary (broadcast / zero) strides, after coalescing dims on the host;
 //   - launch geometry: grid-stride loops, blocks_for(n);
 //   - block reductions (sum / max) with warp shuffles;
 //   - DeviceGuard (runs a kernel on the device of its tensors), cuda_empty (outputs on the
@@ -20,6 +20,7 @@
 #include <type_traits>
 
 #include "tensor/cuda/cuda_context.h"
+#include "tensor/ops/cuda/offset_calc.h"
 #include "tensor/tensor.h"
 
 namespace dtr::cuda_ops {
@@ -85,72 +86,8 @@ void dispatch_numeric(DType dt, const char* op, F&& f) {
   }
 }
 
-// ---- strided indexing ------------------------------------------------------------------------
-
-/// Most dims an operand may have after coalescing (merging contiguous dims, dropping size-1).
-constexpr int kMaxDims = 10;
-
-/// Linear row-major index over `sizes` -> element offsets of N operands. Passed to kernels
-/// by value. `contiguous`: every operand is dense row-major over the same shape (offset == index).
-template <int N>
-struct OffsetCalc {
-  int ndim = 0;
-  bool contiguous = true;
-  int64_t sizes[kMaxDims] = {};
-  int64_t strides[N][kMaxDims] = {};
-
-  __device__ __forceinline__ void get(int64_t i, int64_t (&off)[N]) const {
-#pragma unroll
-    for (int k = 0; k < N; ++k) off[k] = contiguous ? i : 0;
-    if (contiguous) return;
-    for (int d = ndim - 1; d >= 0; --d) {
-      const int64_t idx = i % sizes[d];
-      i /= sizes[d];
-#pragma unroll
-      for (int k = 0; k < N; ++k) off[k] += idx * strides[k][d];
-    }
-  }
-};
-
 /// Strides of `t` viewed with `shape` (t broadcast to it: new and stretched dims get stride 0).
 Shape broadcast_strides_to(const Tensor& t, const Shape& shape);
-
-/// Builds the OffsetCalc of N operands over `shape` with per-operand strides (each of
-/// shape.size() entries): size-1 dims dropped, adjacent dims merged when contiguous for all.
-/// Errors (naming `op`): more than kMaxDims dims remain.
-template <int N>
-OffsetCalc<N> make_offset_calc(const Shape& shape, const std::array<Shape, N>& strides, const char* op) {
-  OffsetCalc<N> oc;
-  Shape sz;
-  std::array<Shape, N> st;
-  for (size_t d = 0; d < shape.size(); ++d) {
-    if (shape[d] == 1) continue;
-    if (!sz.empty()) {
-      bool merge = true;
-      for (int k = 0; k < N; ++k)
-        if (st[k].back() != strides[k][d] * shape[d]) merge = false;
-      if (merge) {
-        sz.back() *= shape[d];
-        for (int k = 0; k < N; ++k) st[k].back() = strides[k][d];
-        continue;
-      }
-    }
-    sz.push_back(shape[d]);
-    for (int k = 0; k < N; ++k) st[k].push_back(strides[k][d]);
-  }
-  DTR_CHECK(static_cast<int>(sz.size()) <= kMaxDims, op, ": tensor of shape ", shape, " has more than ", kMaxDims,
-            " non-mergeable dims (CUDA kernels index at most ", kMaxDims, ")");
-  oc.ndim = static_cast<int>(sz.size());
-  bool contig = sz.size() <= 1;
-  for (int k = 0; k < N && contig; ++k)
-    if (!sz.empty() && st[k][0] != 1) contig = false;
-  oc.contiguous = contig;
-  for (int d = 0; d < oc.ndim; ++d) {
-    oc.sizes[d] = sz[d];
-    for (int k = 0; k < N; ++k) oc.strides[k][d] = st[k][d];
-  }
-  return oc;
-}
 
 // ---- launch geometry ------------------------------------------------------------------------
 

@@ -4,10 +4,12 @@
 // (tests check it against dtr::philox_uniform on the host).
 #include <cstdint>
 
+#ifndef DTR_HOST_DEVICE
 #if defined(__CUDACC__)
 #define DTR_HOST_DEVICE __host__ __device__ __forceinline__
 #else
 #define DTR_HOST_DEVICE inline
+#endif
 #endif
 
 namespace dtr::cuda_ops {
