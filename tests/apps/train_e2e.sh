@@ -3,8 +3,8 @@
 #   train_e2e.sh meshes|resume|errors DTR_TRAIN COMPARE_METRICS [MPIRUN]
 # meshes: the same 20-step LoRA recipe on 1 rank, dp 2 (FSDP), tp 2, tp 3, HSDP 2x2, dp 2 x tp 2
 #         and tp 2 with sequence parallelism
-#         gives the same loss sequence within LOSS_RTOL (f32; see below). dp 2 x tp 2 is skipped
-#         while parallelize_model rejects FSDP + TP ("not built yet").
+#         gives the same loss sequence within LOSS_RTOL (f32; see below). dp 2 x tp 2 runs FSDP + TP
+#         (the "not built yet" skips below are kept for older builds).
 # resume: a run stopped after step 13 (--stop-after) and rerun resumes from step_10 and
 #         reproduces the uninterrupted run's losses 11..20 bit for bit; a run whose rank 1 is
 #         SIGKILLed ends within a bounded time, keeps its last complete checkpoint and resumes
