@@ -60,6 +60,14 @@ double peak_rss_mib() {
   return static_cast<double>(u.ru_maxrss) / 1024.0;
 }
 
+/// User + system CPU seconds of this process so far (all threads).
+double cpu_seconds() {
+  rusage u{};
+  getrusage(RUSAGE_SELF, &u);
+  return static_cast<double>(u.ru_utime.tv_sec + u.ru_stime.tv_sec) +
+         1e-6 * static_cast<double>(u.ru_utime.tv_usec + u.ru_stime.tv_usec);
+}
+
 /// Best FLOP/s of dtr's f32 matmul at 1024^3 (the SGEMM peak MFU is measured against).
 double sgemm_peak_flops() {
   NoGradGuard ng;
@@ -257,10 +265,15 @@ int bench_train_step(int argc, char** argv) {
   for (int i = 0; i < c.warmup; ++i) step(false);
   if (c.fsdp) (void)all_ranks_max(0);  // start the timed steps together
   reset_op_profile();
+  const double cpu0 = cpu_seconds();
   {
     OpProfilerScope prof;
     for (int i = 0; i < c.steps; ++i) step(true);
   }
+  // CPU time per step: on a shared, oversubscribed machine wall time mostly measures the
+  // scheduler; CPU time (best with --threads 1, where no thread spins at a barrier) measures
+  // the work.
+  const double cpu_step = (cpu_seconds() - cpu0) / c.steps;
   const std::vector<OpProfileEntry> ops = op_profile();
 
   const double step_s = median(ph.step);
@@ -312,9 +325,9 @@ int bench_train_step(int argc, char** argv) {
       std::printf("  %-36s %7.0f %8.2f %8.1f%%\n", e.name.c_str(), static_cast<double>(e.calls) / n_steps,
                   e.seconds / n_steps * ms, 100.0 * e.seconds / sum_steps);
     std::printf("\nmodel FLOPs/step %.4g (%s; see bench/train_step.h), %.2f GFLOP/s, SGEMM peak %.2f GFLOP/s/rank, "
-                "MFU %.1f%%, %.1f tokens/s, peak RSS %.1f MiB (max over ranks)\n",
+                "MFU %.1f%%, %.1f tokens/s, peak RSS %.1f MiB (max over ranks), CPU %.1f ms/step (rank 0)\n",
                 flops, c.full_ft ? "6NT + attention" : "4NT + LoRA + attention", flops / step_s * 1e-9,
-                peak * 1e-9, 100.0 * flops / step_s / (peak * world), tokens / step_s, rss);
+                peak * 1e-9, 100.0 * flops / step_s / (peak * world), tokens / step_s, rss, cpu_step * ms);
     nlohmann::json j;
     j["bench"] = "train-step";
     j["framework"] = "dtr";
@@ -325,6 +338,7 @@ int bench_train_step(int argc, char** argv) {
     j["sgemm_peak_flops"] = peak;
     j["mfu"] = flops / step_s / (peak * world);
     j["peak_rss_mib"] = rss;
+    j["cpu_ms_per_step"] = cpu_step * ms;  // rank 0, all its threads
     j["loss"] = loss_v;
     j["phases"] = {{"forward_ms", median(ph.fwd) * ms},
                    {"backward_ms", median(ph.bwd) * ms},

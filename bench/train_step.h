@@ -36,8 +36,12 @@ double train_step_model_flops(const TrainStepConfig& c);
 /// Runs the benchmark (see apps/dtr_bench.cpp for the option list). Prints a per-phase table,
 /// a per-op table and, as the last stdout line, one JSON object:
 ///   {"step_ms_median", "tokens_per_s", "model_flops_per_step", "model_flops_per_s",
-///    "sgemm_peak_flops", "mfu", "peak_rss_mib", "phases": {"forward_ms", "backward_ms",
-///    "optimizer_ms", "comm_exposed_ms", "other_ms"}, "config": {...}}
+///    "sgemm_peak_flops", "mfu", "peak_rss_mib", "cpu_ms_per_step", "phases": {"forward_ms",
+///    "backward_ms", "optimizer_ms", "comm_exposed_ms", "other_ms"}, "config": {...}}
+/// Phases are medians over the timed steps; forward / backward / optimizer exclude the exposed
+/// communication measured inside them (FSDP waits), so the five phases add up to the step.
+/// cpu_ms_per_step: user + system CPU time of rank 0 per timed step (a load-independent
+/// measure of the work on shared machines; use --threads 1 for A/B comparisons).
 /// Returns 0, or 2 on bad arguments.
 int bench_train_step(int argc, char** argv);
 

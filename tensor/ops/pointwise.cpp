@@ -143,6 +143,13 @@ Tensor relu(const Tensor& x) {
 Tensor silu(const Tensor& x) {
   // d/dx x*s(x) = s * (1 + x * (1 - s))
   return unary_op("silu", x, [](const Tensor& g, const Tensor& x, const Tensor&) {
+    // Local CPU f32: one fused kernel. Distributed / other devices / f64 (kept bit-exact):
+    // the composed form.
+    if (x.dtype() == DType::f32 && g.dtype() == DType::f32 && !x.is_distributed() && !g.is_distributed() &&
+        x.device().is_cpu() && g.device().is_cpu()) {
+      static const OpDef* bw = op_def("silu_backward");
+      return dispatch1(OpCall{bw, {g, x}, {}});
+    }
     Tensor s = sigmoid(x);
     return mul(g, mul(s, add(mul(x, rsub(s, 1.0)), 1.0)));
   });

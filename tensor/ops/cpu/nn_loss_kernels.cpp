@@ -1,13 +1,17 @@
 // CPU kernels of cross_entropy (per row: logsumexp - logit[target], f64 sum over rows) and
-// cross_entropy_backward ((softmax - onehot) * g / count).
+// cross_entropy_backward ((softmax - onehot) * g / count). Neither materialises more than its
+// output: the forward keeps one logsumexp per row in registers, the backward writes dlogits
+// directly. f32 rows use Eigen's vectorised exp (cpu/vec.h); f64 rows the scalar std::exp.
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <type_traits>
 #include <vector>
 
 #include "tensor/dispatch.h"
 #include "tensor/ops.h"
 #include "tensor/ops/cpu/loops.h"
+#include "tensor/ops/cpu/vec.h"
 
 namespace dtr {
 namespace {
@@ -39,6 +43,14 @@ T row_lse(const T* x, int64_t C) {
   return m + static_cast<T>(std::log(s));
 }
 
+/// f32: vectorised max and exp, f32 block sums added in f64 (cpu/vec.h).
+template <>
+float row_lse<float>(const float* x, int64_t C) {
+  const float m = cpu::vec::max(x, C);
+  if (m == -std::numeric_limits<float>::infinity()) return m;
+  return m + static_cast<float>(std::log(cpu::vec::sum_exp(x, C, m)));
+}
+
 std::vector<Tensor> k_cross_entropy(const OpCall& c) {
   Tensor x = contig(c.inputs[0]);
   const int64_t N = x.sizes()[0], C = x.sizes()[1], ignore = c.i(0);
@@ -48,13 +60,17 @@ std::vector<Tensor> k_cross_entropy(const OpCall& c) {
   cpu::dispatch_floating(x.dtype(), "cross_entropy", [&](auto tag) {
     using T = decltype(tag);
     const T* px = static_cast<const T*>(x.data_ptr());
-    double total = 0;
-#pragma omp parallel for schedule(static) reduction(+ : total) if (N * C >= cpu::kParallelGrain)
+    // Per-row losses in parallel, summed in row order: the result does not depend on the
+    // number of threads.
+    std::vector<double> per_row(static_cast<size_t>(N), 0.0);
+#pragma omp parallel for schedule(static) if (N * C >= cpu::kParallelGrain)
     for (int64_t i = 0; i < N; ++i) {
       if (tg[i] == ignore) continue;
       const T* row = px + i * C;
-      total += static_cast<double>(row_lse(row, C)) - static_cast<double>(row[tg[i]]);
+      per_row[i] = static_cast<double>(row_lse(row, C)) - static_cast<double>(row[tg[i]]);
     }
+    double total = 0;
+    for (double v : per_row) total += v;
     *static_cast<T*>(out.data_ptr()) = static_cast<T>(count == 0 ? 0.0 : total / static_cast<double>(count));
   });
   return {out};
@@ -82,7 +98,11 @@ std::vector<Tensor> k_cross_entropy_backward(const OpCall& c) {
       }
       const T* row = px + i * C;
       const T lse = row_lse(row, C);
-      for (int64_t j = 0; j < C; ++j) o[j] = std::exp(row[j] - lse) * k;
+      if constexpr (std::is_same_v<T, float>) {
+        cpu::vec::exp_shift(row, lse, k, o, C);
+      } else {
+        for (int64_t j = 0; j < C; ++j) o[j] = std::exp(row[j] - lse) * k;
+      }
       o[tg[i]] -= k;
     }
   });

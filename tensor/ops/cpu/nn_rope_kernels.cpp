@@ -1,5 +1,6 @@
 // CPU kernels of rotary_embedding (rotate-half layout) and its backward with respect to x.
-// cos/sin broadcast to x (stride-0 dims); x and g are processed row by row (rows of D).
+// cos/sin broadcast to x (stride-0 dims); x and g are processed row by row (rows of D), read in
+// place from strided views whose last dim has unit stride; the output is contiguous.
 #include <vector>
 
 #include "tensor/dispatch.h"
@@ -24,7 +25,12 @@ int64_t row_offset(int64_t r, const Shape& shape, const Shape& st) {
 /// kBackward: out = g*cos + rotate_half^T(g*sin); else out = x*cos + rotate_half(x)*sin.
 template <bool kBackward>
 std::vector<Tensor> k_rope(const OpCall& c) {
-  Tensor x = contig(c.inputs[0]);
+  // x may be a strided view (q/k come as [B, T, H, D] transposed to [B, H, T, D]): rows are
+  // read in place when D has unit stride, so no contiguous copy is made.
+  const Tensor& x0 = c.inputs[0];
+  const Tensor x = (x0.dim() == 0 || x0.strides().back() == 1) ? x0 : contig(x0);
+  const Shape& xst = x.strides();
+  const bool x_contig = x.is_contiguous();
   const Tensor& cs = c.inputs[1];
   const Tensor& sn = c.inputs[2];
   const Shape cst = cpu::broadcast_strides(cs, x.sizes()), sst = cpu::broadcast_strides(sn, x.sizes());
@@ -39,7 +45,7 @@ std::vector<Tensor> k_rope(const OpCall& c) {
     T* po = static_cast<T*>(out.data_ptr());
 #pragma omp parallel for schedule(static) if (rows * D >= cpu::kParallelGrain)
     for (int64_t r = 0; r < rows; ++r) {
-      const T* xr = px + r * D;
+      const T* xr = px + (x_contig ? r * D : row_offset(r, x.sizes(), xst));
       const T* cr = pc + row_offset(r, x.sizes(), cst);
       const T* sr = ps + row_offset(r, x.sizes(), sst);
       T* o = po + r * D;

@@ -1,13 +1,17 @@
 // CPU kernels of softmax / log_softmax and their backward. The input is viewed as
 // [outer, n, inner] (n = the softmax dim) over contiguous memory; every (outer, inner) line
-// is processed by one thread in three passes (max, sum of exp, write).
+// is processed by one thread in three passes (max, sum of exp, write). f32 lines with unit
+// stride (softmax over the last dim) run vectorised through Eigen (cpu/vec.h); f64 and strided
+// lines use the scalar loop with f64 sums.
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <type_traits>
 
 #include "tensor/dispatch.h"
 #include "tensor/ops.h"
 #include "tensor/ops/cpu/loops.h"
+#include "tensor/ops/cpu/vec.h"
 
 namespace dtr {
 namespace {
@@ -42,6 +46,21 @@ std::vector<Tensor> k_softmax(const OpCall& c) {
       const int64_t base = (line / inner) * n * inner + line % inner;
       const T* xi = px + base;
       T* oi = po + base;
+      if constexpr (std::is_same_v<T, float>) {
+        if (inner == 1) {
+          float mv = cpu::vec::max(xi, n);
+          if (mv == -std::numeric_limits<float>::infinity()) mv = 0;
+          const double sv = cpu::vec::sum_exp(xi, n, mv);
+          if constexpr (kLog) {
+            const float lse = mv + static_cast<float>(std::log(sv));
+            cpu::vec::MapF(oi, n) = cpu::vec::CMapF(xi, n) - lse;
+          } else {
+            const float inv = static_cast<float>(1.0 / sv);
+            cpu::vec::exp_shift(xi, mv, inv, oi, n);
+          }
+          continue;
+        }
+      }
       T m = -std::numeric_limits<T>::infinity();
       for (int64_t j = 0; j < n; ++j) m = std::max(m, xi[j * inner]);
       if (m == -std::numeric_limits<T>::infinity()) m = 0;  // all -inf: keep exp(-inf - 0) = 0
@@ -81,6 +100,20 @@ std::vector<Tensor> k_softmax_backward(const OpCall& c) {
       const T* gi = pg + base;
       const T* yi = py + base;
       T* oi = po + base;
+      if constexpr (std::is_same_v<T, float>) {
+        if (inner == 1) {
+          const cpu::vec::CMapF gv(gi, n), yv(yi, n);
+          if constexpr (kLog) {
+            const float sv = static_cast<float>(cpu::vec::sum(gi, n));
+            cpu::vec::exp_shift(yi, 0.0f, sv, oi, n);
+            cpu::vec::MapF(oi, n) = gv - cpu::vec::MapF(oi, n);
+          } else {
+            const float sv = static_cast<float>(cpu::vec::dot(gi, yi, n));
+            cpu::vec::MapF(oi, n) = yv * (gv - sv);
+          }
+          continue;
+        }
+      }
       double s = 0;  // double sum, as in the forward
       if constexpr (kLog) {
         for (int64_t j = 0; j < n; ++j) s += static_cast<double>(gi[j * inner]);

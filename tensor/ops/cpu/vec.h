@@ -1,0 +1,106 @@
+#pragma once
+// Vectorised f32 helpers for CPU kernels over contiguous runs, through Eigen's packet math
+// (AVX2 exp with ~1 ulp error; "a well-kept library beats our own polynomials").
+// Only f32 paths use them: f64 kernels keep their scalar std:: math so that their results stay
+// bit-identical to the references they were checked against.
+//  - exp results below FLT_MIN are flushed to 0: Eigen's pexp returns ~2.9e-39 (a denormal)
+//    for exp(-inf) and any x < -88.7, which is both wrong where the exact answer is 0 (masked
+//    logits) and slow in later arithmetic. NaN propagates.
+//  - Sums over long rows add f32 partial sums of blocks of kSumBlock elements (8 lanes wide) in
+//    f64, so a 49152-wide vocabulary row loses no tiny terms (what the former all-f64 sums
+//    guarded against). Every result depends only on its own row, never on how rows are split
+//    across threads or ranks.
+#include <Eigen/Core>
+#include <algorithm>
+#include <cstdint>
+#include <limits>
+
+namespace dtr::cpu::vec {
+
+using ArrF = Eigen::Array<float, Eigen::Dynamic, 1>;
+using CMapF = Eigen::Map<const ArrF>;
+using MapF = Eigen::Map<ArrF>;
+
+/// Block length of the f32 partial sums (see the file comment).
+constexpr int64_t kSumBlock = 512;
+
+namespace detail {
+using Packet = Eigen::internal::packet_traits<float>::type;
+constexpr int64_t kLanes = Eigen::internal::packet_traits<float>::size;
+
+/// exp(x - shift) of one packet, results below FLT_MIN set to 0.
+inline Packet exp_packet(const Packet& x, const Packet& shift) {
+  using namespace Eigen::internal;
+  const Packet y = pexp(psub(x, shift));
+  return pandnot(y, pcmp_lt(y, pset1<Packet>(std::numeric_limits<float>::min())));
+}
+
+/// Loads the n < kLanes floats at p into a packet padded with `pad`.
+inline Packet load_tail(const float* p, int64_t n, float pad) {
+  alignas(64) float buf[kLanes];
+  for (int64_t i = 0; i < kLanes; ++i) buf[i] = i < n ? p[i] : pad;
+  return Eigen::internal::pload<Packet>(buf);
+}
+}  // namespace detail
+
+/// max over x[0, n); -inf for n == 0. NaNs are skipped like std::max(m, x) does.
+inline float max(const float* x, int64_t n) {
+  float m = -std::numeric_limits<float>::infinity();
+  if (n == 0) return m;
+  return std::max(m, CMapF(x, n).maxCoeff<Eigen::PropagateNumbers>());
+}
+
+/// out[j] = exp(x[j] - shift) * scale for j in [0, n) (out may equal x).
+inline void exp_shift(const float* x, float shift, float scale, float* out, int64_t n) {
+  using namespace Eigen::internal;
+  using detail::Packet;
+  constexpr int64_t L = detail::kLanes;
+  const Packet ps = pset1<Packet>(shift), sc = pset1<Packet>(scale);
+  int64_t j = 0;
+  for (; j + L <= n; j += L) pstoreu(out + j, pmul(detail::exp_packet(ploadu<Packet>(x + j), ps), sc));
+  if (j < n) {
+    alignas(64) float buf[L];
+    pstore(buf, pmul(detail::exp_packet(detail::load_tail(x + j, n - j, shift), ps), sc));
+    std::copy(buf, buf + (n - j), out + j);
+  }
+}
+
+/// sum_j exp(x[j] - shift) over [0, n) (same exp as exp_shift): f32 block sums added in f64.
+inline double sum_exp(const float* x, int64_t n, float shift) {
+  using namespace Eigen::internal;
+  using detail::Packet;
+  constexpr int64_t L = detail::kLanes;
+  const Packet ps = pset1<Packet>(shift);
+  double total = 0;
+  for (int64_t b = 0; b < n; b += kSumBlock) {
+    const int64_t e = std::min(n, b + kSumBlock);
+    Packet acc = pset1<Packet>(0.0f);
+    int64_t j = b;
+    for (; j + L <= e; j += L) acc = padd(acc, detail::exp_packet(ploadu<Packet>(x + j), ps));
+    if (j < e) acc = padd(acc, detail::exp_packet(detail::load_tail(x + j, e - j, -std::numeric_limits<float>::infinity()), ps));
+    total += static_cast<double>(predux(acc));
+  }
+  return total;
+}
+
+/// sum_j x[j] * y[j] over [0, n): f32 block sums added in f64.
+inline double dot(const float* x, const float* y, int64_t n) {
+  double s = 0;
+  for (int64_t b = 0; b < n; b += kSumBlock) {
+    const int64_t len = std::min(kSumBlock, n - b);
+    s += static_cast<double>((CMapF(x + b, len) * CMapF(y + b, len)).sum());
+  }
+  return s;
+}
+
+/// sum_j x[j] over [0, n): f32 block sums added in f64.
+inline double sum(const float* x, int64_t n) {
+  double s = 0;
+  for (int64_t b = 0; b < n; b += kSumBlock) {
+    const int64_t len = std::min(kSumBlock, n - b);
+    s += static_cast<double>(CMapF(x + b, len).sum());
+  }
+  return s;
+}
+
+}  // namespace dtr::cpu::vec
