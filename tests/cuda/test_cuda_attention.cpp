@@ -5,8 +5,10 @@
 // padded ones (48 -> 64, 100 -> 128, Dv != D), T = 1 / 17 / 256 (tile tails), S_q < S_k (KV
 // cache, bottom-right causal), S_q > S_k (leading rows see no key: output and grads 0), a
 // custom scale, and strided inputs (the [B, T, H, D] -> [B, H, T, D] transpose of the models).
-// Every test skips with a warning where no GPU is present.
+// bf16 / f16 run the tensor-core forward by default and the CUDA-core one under
+// DTR_CUDA_SDPA_SIMPLE=1; both are checked. Every test skips with a warning where no GPU is present.
 #include <cmath>
+#include <cstdlib>
 #include <optional>
 #include <sstream>
 
@@ -27,7 +29,10 @@ constexpr double kAtolF32 = 1e-4, kRtolF32 = 1e-4;
 //   f32; each output is rounded once. But the forward output is rounded before the backward
 //   uses it (Di = rowsum(dO * O)), so a one-ulp difference in O (2^-8 for bf16) moves Di and
 //   every dS = P (dP - Di) of the row: the gradients get about two ulps of slack more than the
-//   harness default (1e-2 for bf16, 1e-3 for f16).
+//   harness default (1e-2 for bf16, 1e-3 for f16). The tensor-core forward also rounds P to the
+//   input dtype before P V (FlashAttention-2 does the same): a relative 2^-9 (bf16) / 2^-12
+//   (f16) per term, averaged over the keys; measured in the CPU emulation of the kernels at up
+//   to one output ulp.
 constexpr double kAtolBf16 = 2e-2, kRtolBf16 = 2e-2;
 constexpr double kAtolF16 = 3e-3, kRtolF16 = 3e-3;
 
@@ -96,6 +101,17 @@ TEST_CASE("cuda sdpa: bf16 forward and backward match the CPU", "[cuda][attentio
       {1, 4, 2, 17, 70, 64, 64, true, {}},      // S_q < S_k
   };
   for (const Case& c : cases) check_case(c, DType::bf16);
+}
+
+TEST_CASE("cuda sdpa: bf16 / f16 CUDA-core forward (DTR_CUDA_SDPA_SIMPLE=1) matches the CPU", "[cuda][attention]") {
+  DTR_REQUIRE_CUDA();
+  struct EnvGuard {  // the op reads the variable on every call
+    EnvGuard() { setenv("DTR_CUDA_SDPA_SIMPLE", "1", 1); }
+    ~EnvGuard() { unsetenv("DTR_CUDA_SDPA_SIMPLE"); }
+  } env;
+  check_case({1, 9, 3, 256, 256, 128, 128, true, {}}, DType::bf16);
+  check_case({2, 4, 2, 17, 70, 48, 48, true, {}}, DType::bf16);
+  check_case({1, 4, 2, 70, 70, 64, 64, false, {}}, DType::f16);
 }
 
 TEST_CASE("cuda sdpa: f16 forward and backward match the CPU", "[cuda][attention]") {

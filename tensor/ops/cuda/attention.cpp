@@ -6,6 +6,9 @@
 //   sdpa_backward {g, q, k, v, out, lse}, attrs {is_causal, scale} -> {dq, dk, dv} (q's dtype)
 // Supported: f32 / bf16 / f16 (f32 accumulation), head dims D, Dv <= 128. Not on CUDA: f64
 // (dtr::Error). There is no dropout attribute on this op (CPU or CUDA).
+// Env DTR_CUDA_SDPA_SIMPLE=1: bf16 / f16 forward on CUDA cores instead of tensor cores.
+#include <cstdlib>
+#include <cstring>
 #include <limits>
 
 #include "tensor/cuda/cuda_context.h"
@@ -30,6 +33,13 @@ attn::ElemType elem_type(DType dt, const char* op) {
 
 void copy_strides(int64_t (&dst)[4], const Tensor& t) {
   for (int d = 0; d < 4; ++d) dst[d] = t.stride(d);
+}
+
+/// True when DTR_CUDA_SDPA_SIMPLE is set to a value other than "" / "0": the bf16 / f16 forward
+/// then runs the CUDA-core kernel instead of the tensor-core one (for debugging and comparison).
+bool simple_forward_requested() {
+  const char* e = std::getenv("DTR_CUDA_SDPA_SIMPLE");
+  return e != nullptr && e[0] != '\0' && std::strcmp(e, "0") != 0;
 }
 
 /// Makes the tensors' device current for the launch, restoring the previous one afterwards.
@@ -99,6 +109,7 @@ std::vector<Tensor> k_sdpa_cuda(const OpCall& c) {
   p.v = v.data_ptr();
   p.out = out.data_ptr();
   p.lse = static_cast<float*>(lse.data_ptr());
+  p.tensor_cores = !simple_forward_requested();
   DTR_CUDA_CHECK(attn::sdpa_forward(p, cuda::current_stream()));
   return {out, lse};
 }

@@ -23,7 +23,11 @@
 // Arithmetic: inputs f32 / bf16 / f16 are converted to f32 when a tile is loaded into shared
 // memory; all products, sums, exp/log run in f32 (expf / logf, not the fast intrinsics);
 // outputs are rounded once to the input dtype (round to nearest even), LSE stays f32.
-// Compute runs on CUDA cores (no tensor cores yet: wmma/mma for bf16 is the next step).
+// Compute: the bf16 / f16 forward runs on tensor cores (attention_forward_mma.cu: mma.sync
+// m16n8k16, f32 accumulation, P rounded to the input dtype before P V as in FlashAttention-2);
+// the f32 forward and the whole backward run on CUDA cores (attention_forward.cu,
+// attention_backward.cu). ForwardParams::tensor_cores = false (env DTR_CUDA_SDPA_SIMPLE=1)
+// selects the CUDA-core forward for bf16 / f16 too.
 // Head dims: kernels are templated on a padded head dim HD in {64, 128}; D and Dv up to HD are
 // zero-padded in shared memory (zeros add nothing to the dot products). D > 128 is rejected.
 // Causal mask: key j visible from query i when j <= i + (S - T) (bottom-right aligned, the
@@ -49,6 +53,8 @@ struct ForwardParams {
   int B = 0, Hq = 0, Hkv = 0, T = 0, S = 0, D = 0, Dv = 0;
   bool causal = false;
   float scale = 1.0f;
+  /// bf16 / f16: use the tensor-core kernel (attention_forward_mma.cu); false: the CUDA-core one.
+  bool tensor_cores = true;
   const void* q = nullptr;
   const void* k = nullptr;
   const void* v = nullptr;

@@ -1,6 +1,8 @@
 // Forward of the fused attention kernel (FlashAttention-2 forward, Dao 2023, Algorithm 1):
 // one block per (query tile, query head, batch), online softmax over key tiles, O(S) memory.
 // See attention.cuh for the algorithm, the arithmetic and the thread layout.
+#include <type_traits>
+
 #include "tensor/ops/cuda/attention_tile.cuh"
 
 namespace dtr::cuda::attn {
@@ -116,6 +118,9 @@ cudaError_t launch_forward(const ForwardParams& p, cudaStream_t stream) {
 template <class T>
 cudaError_t launch_forward_hd(const ForwardParams& p, cudaStream_t stream) {
   const int hd = p.D > p.Dv ? p.D : p.Dv;
+  if constexpr (!std::is_same_v<T, float>) {  // bf16 / f16: tensor cores unless disabled
+    if (p.tensor_cores) return hd <= 64 ? launch_forward_mma<T, 64>(p, stream) : launch_forward_mma<T, 128>(p, stream);
+  }
   return hd <= 64 ? launch_forward<T, 64>(p, stream) : launch_forward<T, 128>(p, stream);
 }
 

@@ -93,4 +93,9 @@ __device__ __forceinline__ bool visible(bool causal, int i, int j, int T, int S)
   return i < T && j < S && (!causal || j <= i + (S - T));
 }
 
+/// Tensor-core forward (attention_forward_mma.cu), instantiated for T in {__nv_bfloat16,
+/// __half} and HD in {64, 128}.
+template <class T, int HD>
+cudaError_t launch_forward_mma(const ForwardParams& p, cudaStream_t stream);
+
 }  // namespace dtr::cuda::attn
