@@ -1,5 +1,5 @@
 // CUDA kernels of binary pointwise ops with broadcasting (add, sub, mul, div, maximum,
-// gelu_backward, in-place add_), eq and where. Same semantics as ops/cpu/pointwise_kernels.cpp
+// gelu_backward, silu_backward, in-place add_), eq and where. Same semantics as ops/cpu/pointwise_kernels.cpp
 // and ops/inplace.cpp: output contiguous with the broadcast shape and the inputs' dtype
 // (bool for eq); integer division by zero gives 0. bf16 / f16 compute in f32 and round once.
 // One kernel per element type with the op chosen by a runtime switch (uniform across the
@@ -13,7 +13,7 @@
 namespace dtr::cuda_ops {
 namespace {
 
-enum BinaryOp : int { kAdd, kSub, kMul, kDiv, kMaximum, kGeluBwdErf, kGeluBwdTanh, kAddScaled };
+enum BinaryOp : int { kAdd, kSub, kMul, kDiv, kMaximum, kGeluBwdErf, kGeluBwdTanh, kSiluBwd, kAddScaled };
 
 template <class A>
 __device__ __forceinline__ A binary_math(int op, A x, A y, A alpha) {
@@ -31,6 +31,10 @@ __device__ __forceinline__ A binary_math(int op, A x, A y, A alpha) {
   if constexpr (std::is_floating_point_v<A>) {
     // gelu_backward(g = x, input = y): formulas of the CPU kernel.
     const A g = x, v = y;
+    if (op == kSiluBwd) {  // g * s * (1 + v * (1 - s)), s = sigmoid(v), the CPU's operation order
+      const A sg = A(1) / (A(1) + exp(-v));
+      return g * (sg * (v * (A(1) - sg) + A(1)));
+    }
     if (op == kGeluBwdTanh) {
       const A k = A(0.79788456080286535588), a = A(0.044715);
       const A u = k * (v + a * v * v * v);
@@ -111,6 +115,12 @@ std::vector<Tensor> k_gelu_backward(const OpCall& c) {
   return binary(c, c.b(0) ? kGeluBwdTanh : kGeluBwdErf);
 }
 
+/// silu_backward(g, x) = g * d/dx (x * sigmoid(x)).
+std::vector<Tensor> k_silu_backward(const OpCall& c) {
+  DTR_CHECK(is_floating(c.inputs[0].dtype()), "silu_backward: expected floating tensors, got ", c.inputs[0].dtype());
+  return binary(c, kSiluBwd);
+}
+
 /// add_(a, b, alpha): a += alpha * b in place (b broadcast to a); returns a.
 std::vector<Tensor> k_add_(const OpCall& c) {
   Tensor a = c.inputs[0];
@@ -178,6 +188,7 @@ DTR_REGISTER_KERNEL("mul", DeviceType::CUDA, k_mul);
 DTR_REGISTER_KERNEL("div", DeviceType::CUDA, k_div);
 DTR_REGISTER_KERNEL("maximum", DeviceType::CUDA, k_maximum);
 DTR_REGISTER_KERNEL("gelu_backward", DeviceType::CUDA, k_gelu_backward);
+DTR_REGISTER_KERNEL("silu_backward", DeviceType::CUDA, k_silu_backward);
 DTR_REGISTER_KERNEL("eq", DeviceType::CUDA, k_eq);
 DTR_REGISTER_KERNEL("where", DeviceType::CUDA, k_where);
 // EXACT like the CPU registration: OpDef::upcast_low_precision is one flag per op, so the
