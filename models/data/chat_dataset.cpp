@@ -23,6 +23,8 @@ Conversation parse_chat_line(const std::string& line, const std::string& where) 
     j = json::parse(line);
   } catch (const json::parse_error& e) {
     DTR_ERROR(where, ": invalid JSON at column ", e.byte, ": ", e.what());
+  } catch (const json::exception& e) {  // e.g. out_of_range: a number too large for a double
+    DTR_ERROR(where, ": JSON error: ", e.what());
   }
   DTR_CHECK(j.is_object(), where, ": expected a JSON object, got ", j.type_name());
   Conversation c;

@@ -133,7 +133,7 @@ void GGUFWriter::add_f32_tensor(const std::string& name, const Shape& shape, con
   add_tensor(name, std::vector<int64_t>(shape.rbegin(), shape.rend()), static_cast<uint32_t>(as), std::move(b));
 }
 
-std::string GGUFWriter::bytes() const {
+std::string GGUFWriter::header_bytes() const {
   std::string out;
   put<uint32_t>(out, kMagic);
   put<uint32_t>(out, version_);
@@ -154,6 +154,11 @@ std::string GGUFWriter::bytes() const {
     off += (t.data.size() + alignment_ - 1) / alignment_ * alignment_;
   }
   out.append((alignment_ - out.size() % alignment_) % alignment_, '\0');
+  return out;
+}
+
+std::string GGUFWriter::bytes() const {
+  std::string out = header_bytes();
   for (const auto& t : tensors_) {
     out += t.data;
     out.append((alignment_ - t.data.size() % alignment_) % alignment_, '\0');
@@ -162,9 +167,15 @@ std::string GGUFWriter::bytes() const {
 }
 
 void GGUFWriter::write(const std::string& path) const {
-  const std::string b = bytes();
+  // Streams the header and every tensor (no second in-memory copy of the file).
+  const std::string h = header_bytes();
+  const std::string zeros(alignment_, '\0');
   AtomicFileWriter w(path);
-  w.write(b.data(), b.size());
+  w.write(h.data(), h.size());
+  for (const auto& t : tensors_) {
+    w.write(t.data.data(), t.data.size());
+    w.write(zeros.data(), (alignment_ - t.data.size() % alignment_) % alignment_);
+  }
   w.commit();
 }
 

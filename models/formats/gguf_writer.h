@@ -39,10 +39,12 @@ class GGUFWriter {
                       GGMLType as = GGMLType::F32);
   /// The whole file.
   std::string bytes() const;
-  /// Writes the file atomically.
+  /// Writes the file atomically (streamed: the tensors are not copied again).
   void write(const std::string& path) const;
 
  private:
+  /// Everything before the data section (header, metadata, tensor infos, padding).
+  std::string header_bytes() const;
   struct PendingTensor {
     std::string name;
     std::vector<int64_t> ne;

@@ -3,6 +3,7 @@
 #include <filesystem>
 
 #include "models/formats/gguf.h"
+#include "models/formats/gguf_writer.h"
 #include "models/formats/mapped_file.h"
 #include "tensor/error.h"
 
@@ -114,6 +115,8 @@ LlamaConfig load_llama_config(const std::string& path) {
     j = json::parse(text);
   } catch (const json::parse_error& e) {
     DTR_ERROR(p, ": JSON error at byte ", e.byte, ": ", e.what());
+  } catch (const json::exception& e) {  // e.g. out_of_range: a number too large for a double
+    DTR_ERROR(p, ": JSON error: ", e.what());
   }
   return llama_config_from_json(j, p);
 }
@@ -144,7 +147,9 @@ LlamaConfig llama_config_from_gguf(const gguf::GGUFFile& g) {
   } else {
     DTR_CHECK(g.has_tensor("token_embd.weight"), g.path(), ": cannot find the vocabulary size (no ", p,
               "vocab_size, tokenizer.ggml.tokens or token_embd.weight)");
-    c.vocab_size = g.tensor_info("token_embd.weight").shape()[0];
+    const Shape es = g.tensor_info("token_embd.weight").shape();
+    DTR_CHECK(es.size() == 2, g.path(), ": token_embd.weight has shape ", es, " (expected [vocab, hidden])");
+    c.vocab_size = es[0];
   }
   c.tie_word_embeddings = !g.has_tensor("output.weight");
   c.attention_bias = g.has_tensor("blk.0.attn_q.bias");
@@ -159,6 +164,33 @@ LlamaConfig llama_config_from_gguf(const gguf::GGUFFile& g) {
   }
   c.validate(g.path());
   return c;
+}
+
+void llama_config_to_gguf(const LlamaConfig& c, gguf::GGUFWriter& w) {
+  DTR_CHECK(!c.mlp_bias, "llama_config_to_gguf: mlp_bias = true has no llama GGUF form");
+  using gguf::ValueType;
+  w.add_string("general.architecture", "llama");
+  w.add_u32("llama.vocab_size", static_cast<uint32_t>(c.vocab_size));
+  w.add_u32("llama.context_length", static_cast<uint32_t>(c.max_position_embeddings));
+  w.add_u32("llama.embedding_length", static_cast<uint32_t>(c.hidden_size));
+  w.add_u32("llama.feed_forward_length", static_cast<uint32_t>(c.intermediate_size));
+  w.add_u32("llama.block_count", static_cast<uint32_t>(c.num_hidden_layers));
+  w.add_u32("llama.attention.head_count", static_cast<uint32_t>(c.num_attention_heads));
+  w.add_u32("llama.attention.head_count_kv", static_cast<uint32_t>(c.num_key_value_heads));
+  w.add_f32("llama.rope.freq_base", static_cast<float>(c.rope_theta));
+  w.add_f32("llama.attention.layer_norm_rms_epsilon", static_cast<float>(c.rms_norm_eps));
+  w.add_u32("llama.rope.dimension_count", static_cast<uint32_t>(c.head_dim));
+  if (c.head_dim * c.num_attention_heads != c.hidden_size) {
+    w.add_u32("llama.attention.key_length", static_cast<uint32_t>(c.head_dim));
+    w.add_u32("llama.attention.value_length", static_cast<uint32_t>(c.head_dim));
+  }
+  if (!c.rope_scaling.rope_type.empty()) {
+    w.add_string("llama.rope.scaling.type", c.rope_scaling.rope_type);
+    w.add_f32("llama.rope.scaling.factor", static_cast<float>(c.rope_scaling.factor));
+    if (c.rope_scaling.original_max_position_embeddings > 0)
+      w.add_u32("llama.rope.scaling.original_context_length",
+                static_cast<uint32_t>(c.rope_scaling.original_max_position_embeddings));
+  }
 }
 
 json to_json(const LlamaConfig& c) {

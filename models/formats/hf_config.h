@@ -7,7 +7,7 @@
 #include <vector>
 
 namespace dtr {
-namespace gguf { class GGUFFile; }
+namespace gguf { class GGUFFile; class GGUFWriter; }
 
 /// RoPE scaling (HF "rope_scaling"); type empty = none. Kept for export; "llama3" and
 /// "linear" are the common types.
@@ -60,6 +60,13 @@ LlamaConfig load_llama_config(const std::string& path);
 /// (else the tokenizer's token count); tied embeddings when there is no output.weight tensor;
 /// bos / eos / pad from tokenizer.ggml.*. Errors: a missing required key (named).
 LlamaConfig llama_config_from_gguf(const gguf::GGUFFile& g);
+/// The inverse of llama_config_from_gguf: general.architecture "llama" and the llama.* keys
+/// (context_length, embedding_length, feed_forward_length, block_count, attention.head_count(_kv),
+/// rope.freq_base, rope.dimension_count = head_dim, attention.key/value_length when head_dim is not
+/// hidden / heads, attention.layer_norm_rms_epsilon (f32), vocab_size, rope.scaling.*), as
+/// llama.cpp's convert_hf_to_gguf.py writes them. Token ids go with the tokenizer metadata.
+/// Errors: mlp_bias (not representable in a llama GGUF) -> dtr::Error.
+void llama_config_to_gguf(const LlamaConfig& c, gguf::GGUFWriter& w);
 /// The config.json object (architectures ["LlamaForCausalLM"], model_type "llama").
 nlohmann::json to_json(const LlamaConfig& c);
 /// Writes config.json atomically.

@@ -73,6 +73,8 @@ Header parse_header(std::string_view bytes, const std::string& file) {
     j = json::parse(bytes.substr(8, n));
   } catch (const json::parse_error& e) {
     DTR_ERROR(file, ": header JSON error at file offset ", 8 + e.byte - (e.byte > 0 ? 1 : 0), ": ", e.what());
+  } catch (const json::exception& e) {  // e.g. out_of_range: a number too large for a double
+    DTR_ERROR(file, ": JSON error: ", e.what());
   }
   DTR_CHECK(j.is_object(), file, ": header at offset 8 is not a JSON object");
 

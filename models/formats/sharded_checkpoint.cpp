@@ -19,6 +19,8 @@ ShardIndex read_index(const std::string& path) {
     j = json::parse(text);
   } catch (const json::parse_error& e) {
     DTR_ERROR(path, ": JSON error at byte ", e.byte, ": ", e.what());
+  } catch (const json::exception& e) {  // e.g. out_of_range: a number too large for a double
+    DTR_ERROR(path, ": JSON error: ", e.what());
   }
   DTR_CHECK(j.is_object() && j.contains("weight_map") && j["weight_map"].is_object(), path,
             ": missing object key 'weight_map'");

@@ -10,6 +10,26 @@ namespace dtr {
 /// Errors: whatever reading the GGUF or writing the files raises (naming file and key).
 void convert_gguf_to_hf(const std::string& gguf_path, const std::string& out_dir);
 
+/// Float type of the 2-D weights written by convert_hf_to_gguf (1-D tensors stay F32).
+enum class GGUFOutType { f32, f16, bf16 };
+/// "f32" | "f16" | "bf16". Errors: anything else -> dtr::Error listing the choices.
+GGUFOutType parse_gguf_outtype(const std::string& s);
+
+/// Hugging Face Llama directory -> GGUF file, the inverse of convert_gguf_to_hf (as llama.cpp's
+/// convert_hf_to_gguf.py does it for LlamaForCausalLM):
+///  - metadata: general.architecture "llama", general.name, general.file_type, the llama.*
+///    hyper-parameters of config.json (llama_config_to_gguf), the tokenizer of tokenizer.json +
+///    tokenizer_config.json (add_gguf_tokenizer; chat template from tokenizer_config.json or
+///    chat_template.jinja; bos / eos / pad falling back to config.json's ids);
+///  - tensors: model.safetensors or the sharded index, under llama.cpp names (hf_to_gguf_name),
+///    q_proj / k_proj rows permuted back to llama.cpp's order (permute_qk), 2-D weights as
+///    `outtype` (converted through f32: exact when the file already has that type), 1-D tensors
+///    (norms, biases) F32. Nothing is quantised; lm_head.weight is left out when tied.
+/// Errors (dtr::Error naming the directory, file and tensor): missing config.json / tokenizer.json,
+/// a tensor that is not a Llama weight or whose shape disagrees with the config, a missing weight.
+void convert_hf_to_gguf(const std::string& hf_dir, const std::string& out_path,
+                        GGUFOutType outtype = GGUFOutType::f32);
+
 /// Base model (GGUF file or HF directory) + PEFT LoRA adapter -> merged HF directory. Returns
 /// the adapted module FQNs.
 std::vector<std::string> merge_adapter_to_hf(const std::string& base, const std::string& adapter_dir,

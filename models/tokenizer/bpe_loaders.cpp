@@ -2,6 +2,7 @@
 #include <filesystem>
 
 #include "models/formats/gguf.h"
+#include "models/formats/gguf_writer.h"
 #include "models/formats/mapped_file.h"
 #include "models/tokenizer/bpe_tokenizer.h"
 #include "tensor/error.h"
@@ -98,15 +99,30 @@ BPETokenizer BPETokenizer::from_hf_json(const json& j, const std::string& src, c
     DTR_CHECK(m.contains("vocab") && m["vocab"].is_object(), src, ": missing object key 'model.vocab'");
     BPEVocab v;
     int64_t max_id = -1;
-    for (auto it = m["vocab"].begin(); it != m["vocab"].end(); ++it) max_id = std::max(max_id, it.value().get<int64_t>());
-    if (j.contains("added_tokens"))
-      for (const auto& t : j["added_tokens"]) max_id = std::max(max_id, t.at("id").get<int64_t>());
-    DTR_CHECK(max_id >= 0 && max_id < (1 << 30), src, ": bad vocabulary ids (max id ", max_id, ")");
+    for (auto it = m["vocab"].begin(); it != m["vocab"].end(); ++it) {
+      const auto id = it.value().get<int64_t>();
+      DTR_CHECK(id >= 0, src, ": negative id ", id, " for token '", it.key(), "' in model.vocab");
+      max_id = std::max(max_id, id);
+    }
+    size_t n_added = 0;
+    if (j.contains("added_tokens")) {
+      DTR_CHECK(j["added_tokens"].is_array(), src, ": 'added_tokens' must be an array");
+      for (const auto& t : j["added_tokens"]) {
+        const auto id = t.at("id").get<int64_t>();
+        DTR_CHECK(id >= 0, src, ": negative id ", id, " in added_tokens");
+        max_id = std::max(max_id, id);
+        ++n_added;
+      }
+    }
+    // Ids are dense in real vocabularies; a few holes are tolerated, a huge id is corruption
+    // (it would allocate that many tokens).
+    const auto n_entries = static_cast<int64_t>(m["vocab"].size() + n_added);
+    DTR_CHECK(max_id >= 0 && max_id < 2 * n_entries + 1024, src, ": bad vocabulary ids (max id ", max_id, " for ",
+              n_entries, " entries)");
     v.tokens.assign(static_cast<size_t>(max_id + 1), "");
     v.types.assign(static_cast<size_t>(max_id + 1), TokenType::unused);
     for (auto it = m["vocab"].begin(); it != m["vocab"].end(); ++it) {
       const auto id = it.value().get<int64_t>();
-      DTR_CHECK(id >= 0, src, ": negative id for token '", it.key(), "'");
       v.tokens[static_cast<size_t>(id)] = it.key();
       v.types[static_cast<size_t>(id)] = TokenType::normal;
     }
@@ -148,6 +164,8 @@ BPETokenizer BPETokenizer::from_hf_file(const std::string& path) {
       return json::parse(read_file_to_string(p));
     } catch (const json::parse_error& e) {
       DTR_ERROR(p, ": JSON error at byte ", e.byte, ": ", e.what());
+    } catch (const json::exception& e) {  // e.g. out_of_range: a number too large for a double
+      DTR_ERROR(p, ": JSON error: ", e.what());
     }
   };
   const json j = parse(path);
@@ -243,6 +261,37 @@ void save_hf_tokenizer(const BPETokenizer& tok, const std::string& dir, const st
   write(to_hf_json(tok), (std::filesystem::path(dir) / "tokenizer.json").string());
   write(to_hf_tokenizer_config(tok, chat_template, model_max_length),
         (std::filesystem::path(dir) / "tokenizer_config.json").string());
+}
+
+void add_gguf_tokenizer(gguf::GGUFWriter& w, const BPETokenizer& tok, const std::string& chat_template,
+                        int64_t vocab_size) {
+  const BPEVocab& v = tok.vocab();
+  const std::string pre = PreTokenizer::gguf_name(v.pre_patterns);
+  DTR_CHECK(!pre.empty(), "add_gguf_tokenizer: the pre-tokenizer regexes have no GGUF tokenizer.ggml.pre name");
+  const auto n = static_cast<int64_t>(v.tokens.size());
+  DTR_CHECK(vocab_size >= n, "add_gguf_tokenizer: vocab_size ", vocab_size, " is below the tokenizer's ", n,
+            " tokens");
+  std::vector<std::string> tokens = v.tokens;
+  std::vector<int32_t> types;
+  for (int64_t i = 0; i < n; ++i)
+    types.push_back(static_cast<int32_t>(v.types.empty() ? TokenType::normal : v.types[static_cast<size_t>(i)]));
+  for (int64_t i = n; i < vocab_size; ++i) {
+    tokens.push_back("[PAD" + std::to_string(i) + "]");
+    types.push_back(static_cast<int32_t>(TokenType::unused));
+  }
+  std::vector<std::string> merges;
+  merges.reserve(v.merges.size());
+  for (const auto& [a, b] : v.merges) merges.push_back(a + " " + b);
+  w.add_string("tokenizer.ggml.model", "gpt2");
+  w.add_string("tokenizer.ggml.pre", pre);
+  w.add("tokenizer.ggml.tokens", gguf::make_string_array(tokens));
+  w.add("tokenizer.ggml.token_type", gguf::make_i32_array(types));
+  w.add("tokenizer.ggml.merges", gguf::make_string_array(merges));
+  for (auto [key, id] : {std::pair{"tokenizer.ggml.bos_token_id", v.bos_id}, {"tokenizer.ggml.eos_token_id", v.eos_id},
+                         {"tokenizer.ggml.padding_token_id", v.pad_id}, {"tokenizer.ggml.unknown_token_id", v.unk_id}})
+    if (id >= 0) w.add_u32(key, static_cast<uint32_t>(id));
+  w.add_bool("tokenizer.ggml.add_bos_token", v.add_bos);
+  if (!chat_template.empty()) w.add_string("tokenizer.chat_template", chat_template);
 }
 
 }  // namespace dtr::tokenizer

@@ -17,7 +17,7 @@
 #include "models/tokenizer/pretokenizer.h"
 
 namespace dtr {
-namespace gguf { class GGUFFile; }
+namespace gguf { class GGUFFile; class GGUFWriter; }
 namespace tokenizer {
 
 /// GGUF token types (llama.cpp's llama_token_type).
@@ -107,6 +107,15 @@ nlohmann::json to_hf_json(const BPETokenizer& tok);
 /// chat_template (if not empty), model_max_length, tokenizer_class GPT2Tokenizer.
 nlohmann::json to_hf_tokenizer_config(const BPETokenizer& tok, const std::string& chat_template,
                                       int64_t model_max_length);
+
+/// The tokenizer as GGUF metadata, the inverse of BPETokenizer::from_gguf (what llama.cpp's
+/// convert_hf_to_gguf.py writes): tokenizer.ggml.model "gpt2", .pre (the GGUF name of the
+/// regexes), .tokens, .token_type, .merges ("a b"), .bos/.eos/.padding/.unknown_token_id (those
+/// set), .add_bos_token, and tokenizer.chat_template when not empty. A `vocab_size` above the
+/// token count pads the list with "[PAD<i>]" tokens of type unused, as llama.cpp does.
+/// Errors: regexes without a GGUF pre-tokenizer name, vocab_size below the token count.
+void add_gguf_tokenizer(gguf::GGUFWriter& w, const BPETokenizer& tok, const std::string& chat_template,
+                        int64_t vocab_size);
 
 /// Writes tokenizer.json and tokenizer_config.json into `dir` (atomically each).
 void save_hf_tokenizer(const BPETokenizer& tok, const std::string& dir, const std::string& chat_template = "",

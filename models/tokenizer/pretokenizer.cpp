@@ -114,4 +114,13 @@ std::shared_ptr<PreTokenizer> PreTokenizer::from_gguf_name(const std::string& na
   return std::make_shared<PreTokenizer>(it->second);
 }
 
+std::string PreTokenizer::gguf_name(const std::vector<std::string>& patterns) {
+  // Preferred names first (several names share the same regexes).
+  for (const char* name : {"gpt2", "smollm", "llama-bpe", "qwen2"})
+    if (presets().at(name) == patterns) return name;
+  for (const auto& [name, p] : presets())
+    if (p == patterns) return name;
+  return "";
+}
+
 }  // namespace dtr::tokenizer

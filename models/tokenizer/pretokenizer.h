@@ -43,6 +43,9 @@ class PreTokenizer {
   /// one, then GPT-2), "llama3" / "llama-bpe", "qwen2". Errors: unknown name -> dtr::Error
   /// listing the known ones.
   static std::shared_ptr<PreTokenizer> from_gguf_name(const std::string& name);
+  /// The inverse: the GGUF name of a list of patterns ("gpt2", "smollm", "llama-bpe", "qwen2"),
+  /// or "" when no GGUF name has them.
+  static std::string gguf_name(const std::vector<std::string>& patterns);
 
  private:
   std::vector<std::shared_ptr<RegexSplit>> steps_;
