@@ -69,18 +69,25 @@ std::vector<int64_t> sizes_along(const DTensorSpec& s, const Placements& pl, int
   return out;
 }
 
+/// All-gathers `local` permuted by `perm` (the sharded dim first) with that dim padded to `c`
+/// rows: the result holds rank r's rows at [r * c, r * c + c).
+Tensor all_gather_padded(const Tensor& local, ProcessGroup& g, const Shape& perm, int64_t c) {
+  Tensor x = pad_dim(local.permute(perm).contiguous(), 0, c).contiguous();
+  Shape os = x.sizes();
+  os[0] = g.size() * c;
+  Tensor out = empty(os, TensorOptions(x.dtype()).with_device(x.device()));
+  comm_debug_note(CommKind::all_gather);
+  g.all_gather(out, x)->wait();
+  return out;
+}
+
 /// Shard -> Replicate along a group whose ranks hold `sizes` rows of dim d (padded to the
 /// largest for the collective, cut after).
 Tensor all_gather_sizes(const Tensor& local, ProcessGroup& g, int64_t d, const std::vector<int64_t>& sizes) {
   const int64_t n = g.size();
   const int64_t c = *std::max_element(sizes.begin(), sizes.end());
   Shape perm = move_to_front_perm(local.dim(), d);
-  Tensor x = pad_dim(local.permute(perm).contiguous(), 0, c).contiguous();
-  Shape os = x.sizes();
-  os[0] = n * c;
-  Tensor out = empty(os, TensorOptions(x.dtype()).with_device(x.device()));
-  comm_debug_note(CommKind::all_gather);
-  g.all_gather(out, x)->wait();
+  Tensor out = all_gather_padded(local, g, perm, c);
   std::vector<Tensor> pieces;
   for (int64_t r = 0; r < n; ++r)
     if (sizes[r] > 0) pieces.push_back(out.narrow(0, r * c, sizes[r]));
@@ -92,12 +99,7 @@ Tensor all_gather_dim(const Tensor& local, ProcessGroup& g, int64_t d, int64_t f
   const int64_t n = g.size();
   const int64_t c = (full + n - 1) / n;
   Shape perm = move_to_front_perm(local.dim(), d);
-  Tensor x = pad_dim(local.permute(perm).contiguous(), 0, c).contiguous();
-  Shape os = x.sizes();
-  os[0] = n * c;
-  Tensor out = empty(os, TensorOptions(x.dtype()).with_device(x.device()));
-  comm_debug_note(CommKind::all_gather);
-  g.all_gather(out, x)->wait();
+  Tensor out = all_gather_padded(local, g, perm, c);
   return out.narrow(0, 0, full).permute(inverse_perm(perm)).contiguous();
 }
 
@@ -108,12 +110,7 @@ Tensor strided_all_gather_dim(const Tensor& local, ProcessGroup& g, int64_t d, i
   int64_t max_local = 0;
   for (int64_t r = 0; r < n; ++r) max_local = std::max(max_local, strided_local_size(full, sf, n, r));
   Shape perm = move_to_front_perm(local.dim(), d);
-  Tensor x = pad_dim(local.permute(perm).contiguous(), 0, max_local).contiguous();
-  Shape os = x.sizes();
-  os[0] = n * max_local;
-  Tensor out = empty(os, TensorOptions(x.dtype()).with_device(x.device()));
-  comm_debug_note(CommKind::all_gather);
-  g.all_gather(out, x)->wait();
+  Tensor out = all_gather_padded(local, g, perm, max_local);
   std::vector<Tensor> pieces;
   std::vector<int64_t> used(n, 0);  // rows of rank r consumed so far
   for (int64_t b = 0; b < sf; ++b) {

@@ -4,6 +4,7 @@
 #include <catch2/catch.hpp>
 
 #include "dtensor/api.h"
+#include "llama_test_util.h"
 #include "models/llama/llama.h"
 #include "models/lora/inject.h"
 #include "parallel/activation_checkpoint.h"
@@ -28,29 +29,10 @@ constexpr int64_t kBatch = 48, kSeq = 8;
 constexpr double kParamTol = 2e-5;
 constexpr double kLossTol = 1e-6;
 
-std::shared_ptr<LlamaForCausalLM> make_llama(bool lora) {
-  manual_seed(42);
-  auto m = std::make_shared<LlamaForCausalLM>(llama_debug_config());
-  if (lora) {
-    LoraConfig lc;
-    lc.options.r = 4;
-    lc.options.alpha = 8;
-    apply_lora(*m, lc);
-    // B starts at zero; give it values so A receives gradients from step 1.
-    for (auto& [n, p] : m->named_parameters())
-      if (n.find("lora_B") != std::string::npos) {
-        NoGradGuard g;
-        p.copy_(normal(p.sizes(), 0.0, 0.02));
-      }
-  }
-  return m;
-}
+std::shared_ptr<LlamaForCausalLM> make_llama(bool lora) { return testing::make_debug_llama(lora); }
 
 std::pair<Tensor, Tensor> rows(int step, int64_t b0, int64_t b1) {
-  std::vector<int64_t> ids;
-  for (int64_t b = b0; b < b1; ++b)
-    for (int64_t t = 0; t < kSeq; ++t) ids.push_back((b * 13 + t * 7 + step * 3 + (b * t) % 11) % 128);
-  Tensor x = from_vector<int64_t>(ids, {b1 - b0, kSeq});
+  Tensor x = testing::debug_token_rows(step, b0, b1, kSeq);
   return {x, x};
 }
 

@@ -6,6 +6,7 @@
 #include <catch2/catch.hpp>
 
 #include "dtensor/api.h"
+#include "llama_test_util.h"
 #include "models/llama/llama.h"
 #include "models/llama/llama_parallelizer.h"
 #include "models/lora/inject.h"
@@ -30,27 +31,9 @@ constexpr int64_t kBatch = 24, kSeq = 8;
 constexpr double kParamTol = 2e-5;
 constexpr double kLossRelTol = 1e-6;
 
-std::shared_ptr<LlamaForCausalLM> make_llama(bool lora) {
-  manual_seed(42);
-  auto m = std::make_shared<LlamaForCausalLM>(llama_debug_config());
-  if (lora) {
-    LoraConfig lc;
-    lc.options.r = 4;
-    lc.options.alpha = 8;
-    apply_lora(*m, lc);
-    NoGradGuard g;  // B starts at zero; give it values so A receives gradients from step 1
-    for (auto& [n, p] : m->named_parameters())
-      if (n.find("lora_B") != std::string::npos) p.copy_(normal(p.sizes(), 0.0, 0.02));
-  }
-  return m;
-}
+std::shared_ptr<LlamaForCausalLM> make_llama(bool lora) { return testing::make_debug_llama(lora); }
 
-Tensor rows(int step, int64_t b0, int64_t b1) {
-  std::vector<int64_t> ids;
-  for (int64_t b = b0; b < b1; ++b)
-    for (int64_t t = 0; t < kSeq; ++t) ids.push_back((b * 13 + t * 7 + step * 3 + (b * t) % 11) % 128);
-  return from_vector<int64_t>(ids, {b1 - b0, kSeq});
-}
+Tensor rows(int step, int64_t b0, int64_t b1) { return testing::debug_token_rows(step, b0, b1, kSeq); }
 
 struct Run {
   std::vector<double> losses;
