@@ -22,7 +22,8 @@
 
 namespace dtr::testing {
 
-/// True when the build has the CUDA backend and at least one CUDA device is visible.
+/// True when the build has the CUDA backend and a CUDA device of compute capability >= 9.0 (the
+/// default build targets sm_90) is current.
 bool cuda_available();
 /// True when env DTR_TEST_REQUIRE_CUDA=1 (set by scripts/gpu-check.sh): a CUDA test that would
 /// skip for lack of a device fails instead.
@@ -72,7 +73,7 @@ std::string compare_with_cpu(const Tensor& a, const Tensor& ref, double atol, do
     if (!::dtr::testing::cuda_available()) {                                                \
       if (::dtr::testing::cuda_required())                                                  \
         FAIL("no CUDA device, but DTR_TEST_REQUIRE_CUDA=1: this CUDA test must run on a GPU"); \
-      WARN("no CUDA device: test skipped (runs on a GPU machine)");                          \
+      WARN("no CUDA device (sm_90+): test skipped (runs on a GPU machine)");                          \
       return;                                                                               \
     }                                                                                       \
   } while (0)
