@@ -50,4 +50,22 @@ void check_inplace(const Tensor& t, const char* op) {
             t.sizes(), "); use the out-of-place op or run it under NoGradGuard");
 }
 
+Tensor reduced_last_view(const Tensor& x, const Shape& dims, int64_t& rows, int64_t& R) {
+  Shape sz, st;
+  rows = 1;
+  R = 1;
+  for (int64_t d = 0; d < x.dim(); ++d)
+    if (!std::count(dims.begin(), dims.end(), d)) {
+      sz.push_back(x.sizes()[d]);
+      st.push_back(x.strides()[d]);
+      rows *= x.sizes()[d];
+    }
+  for (int64_t d : dims) {
+    sz.push_back(x.sizes()[d]);
+    st.push_back(x.strides()[d]);
+    R *= x.sizes()[d];
+  }
+  return make_view(x, sz, st, x.storage_offset());
+}
+
 }  // namespace dtr

@@ -13,29 +13,11 @@
 namespace dtr {
 namespace {
 
-/// x permuted so that kept dims come first and reduced dims last; returns (view, rows, R).
+/// x with kept dims first and reduced dims last, contiguous (copied when the view is not).
 Tensor reduced_last(const Tensor& x, const Shape& dims, int64_t& rows, int64_t& R) {
-  Shape perm;
-  R = 1;
-  rows = 1;
-  for (int64_t d = 0; d < x.dim(); ++d)
-    if (!std::count(dims.begin(), dims.end(), d)) {
-      perm.push_back(d);
-      rows *= x.sizes()[d];
-    }
-  for (int64_t d : dims) {
-    perm.push_back(d);
-    R *= x.sizes()[d];
-  }
-  Tensor p = make_view(x, x.sizes(), x.strides(), x.storage_offset());
-  Shape sz(perm.size()), st(perm.size());
-  for (size_t i = 0; i < perm.size(); ++i) {
-    sz[i] = x.sizes()[perm[i]];
-    st[i] = x.strides()[perm[i]];
-  }
-  p = make_view(x, sz, st, x.storage_offset());
+  Tensor p = reduced_last_view(x, dims, rows, R);
   if (!p.is_contiguous()) {
-    Tensor c = empty(sz, TensorOptions(x.dtype()));
+    Tensor c = empty(p.sizes(), TensorOptions(x.dtype()));
     c.copy_(p.detach());
     p = c;
   }

@@ -125,24 +125,7 @@ void reduce_cols(const Tensor& x, const Tensor& out, int64_t R, int64_t cols) {
 
 /// x permuted so that kept dims come first and `dims` last, contiguous; rows / R set.
 Tensor reduced_last(const Tensor& x, const Shape& dims, int64_t& rows, int64_t& R) {
-  Shape perm;
-  rows = 1;
-  R = 1;
-  for (int64_t d = 0; d < x.dim(); ++d)
-    if (!std::count(dims.begin(), dims.end(), d)) {
-      perm.push_back(d);
-      rows *= x.sizes()[d];
-    }
-  for (int64_t d : dims) {
-    perm.push_back(d);
-    R *= x.sizes()[d];
-  }
-  Shape sz(perm.size()), st(perm.size());
-  for (size_t i = 0; i < perm.size(); ++i) {
-    sz[i] = x.sizes()[perm[i]];
-    st[i] = x.strides()[perm[i]];
-  }
-  return cuda_contiguous(make_view(x, sz, st, x.storage_offset()));
+  return cuda_contiguous(reduced_last_view(x, dims, rows, R));
 }
 
 /// sum / amax of x over `dims` into out (contiguous, reduced shape).
