@@ -10,6 +10,7 @@
 
 #include "bench/bench_util.h"
 #include "tensor/autograd/grad_mode.h"
+#include "tensor/ops/cpu/gemm.h"
 #include "tensor/ops.h"
 #include "tensor/random.h"
 
@@ -19,67 +20,107 @@ namespace dtr::bench {
 namespace {
 
 using RowMat = Eigen::Matrix<float, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
+using ColMat = Eigen::Matrix<float, Eigen::Dynamic, Eigen::Dynamic, Eigen::ColMajor>;
+using StrideMap = Eigen::Map<const RowMat, 0, Eigen::OuterStride<>>;
 
 struct Shape3 {
   const char* name;
   int64_t batch, m, k, n;
   bool transpose_b;  // B given as [n, k] and used transposed (the linear layer layout)
+  bool transpose_a = false;  // A given as [k, m] and used transposed (weight-gradient layout)
 };
+
+/// C = op(A) * op(B) with raw Eigen on row-major storage of A ([m,k] or [k,m]) and B ([k,n] or [n,k]).
+void eigen_gemm(const Shape3& s, const float* pa, const float* pb, float* pc) {
+  Eigen::Map<RowMat> c(pc, s.m, s.n);
+  auto run = [&](const auto& a) {
+    if (s.transpose_b) c.noalias() = a * Eigen::Map<const RowMat>(pb, s.n, s.k).transpose();
+    else c.noalias() = a * Eigen::Map<const RowMat>(pb, s.k, s.n);
+  };
+  if (s.transpose_a) run(Eigen::Map<const RowMat>(pa, s.k, s.m).transpose());
+  else run(Eigen::Map<const RowMat>(pa, s.m, s.k));
+}
 
 }  // namespace
 
 int bench_gemm(int argc, char** argv) {
-  (void)argc;
-  (void)argv;
+  // Optional argument: a substring; only shapes whose name contains it run.
+  const std::string filter = argc > 1 ? argv[1] : "";
   NoGradGuard ng;
   const int threads = omp_get_max_threads();
   openblas_set_num_threads(threads);
   Eigen::setNbThreads(threads);
+  // T = 1024 tokens of the Llama + LoRA train-step (hidden 576, intermediate 1536, kv 192,
+  // vocab 49152, LoRA rank 8): every GEMM shape of one step, plus a few squares.
   const std::vector<Shape3> shapes = {
       {"square 512", 1, 512, 512, 512, false},
       {"square 1024", 1, 1024, 1024, 1024, false},
-      {"linear fwd 1024x576 @ [1536x576]^T", 1, 1024, 576, 1536, true},
-      {"linear fwd 1024x1536 @ [576x1536]^T", 1, 1024, 1536, 576, true},
-      {"qkv 2048x576 @ [576x576]^T", 1, 2048, 576, 576, true},
+      {"lm_head fwd 1024x576 @ [49152x576]^T", 1, 1024, 576, 49152, true},
+      {"lm_head bwd 1024x49152 @ 49152x576", 1, 1024, 49152, 576, false},
+      {"layer fwd 1024x576 @ [576x576]^T", 1, 1024, 576, 576, true},
+      {"layer fwd 1024x576 @ [192x576]^T", 1, 1024, 576, 192, true},
+      {"layer fwd 1024x576 @ [1536x576]^T", 1, 1024, 576, 1536, true},
+      {"layer fwd 1024x1536 @ [576x1536]^T", 1, 1024, 1536, 576, true},
+      {"layer bwd 1024x576 @ 576x576", 1, 1024, 576, 576, false},
+      {"layer bwd 1024x192 @ 192x576", 1, 1024, 192, 576, false},
+      {"layer bwd 1024x1536 @ 1536x576", 1, 1024, 1536, 576, false},
+      {"layer bwd 1024x576 @ 576x1536", 1, 1024, 576, 1536, false},
+      {"lora 1024x576 @ [8x576]^T", 1, 1024, 576, 8, true},
+      {"lora 1024x1536 @ [8x1536]^T", 1, 1024, 1536, 8, true},
+      {"lora 1024x8 @ 8x1536", 1, 1024, 8, 1536, false},
+      {"lora 1024x8 @ [1536x8]^T", 1, 1024, 8, 1536, true},
+      {"lora 1024x8 @ [576x8]^T", 1, 1024, 8, 576, true},
+      {"lora dA [1024x8]^T @ 1024x576", 1, 8, 1024, 576, false, true},
+      {"lora dA [1024x8]^T @ 1024x1536", 1, 8, 1024, 1536, false, true},
+      {"lora dB [1024x576]^T @ 1024x8", 1, 576, 1024, 8, false, true},
+      {"lora dB [1024x1536]^T @ 1024x8", 1, 1536, 1024, 8, false, true},
       {"attn bmm 9x256x64 @ 9x64x256", 9, 256, 64, 256, false},
   };
-  std::printf("dtr-bench gemm: f32, %d threads (OMP_NUM_THREADS), median of 7\n", threads);
-  std::printf("%-38s %10s %10s %10s %9s %9s\n", "shape", "dtr GF/s", "Eigen GF/s", "BLAS GF/s", "dtr/Eigen",
-              "dtr/BLAS");
+  std::printf("dtr-bench gemm: f32, %d threads (OMP_NUM_THREADS), median of 7; dtr = dtr::mm/bmm (output\n"
+              "allocation included), sgemm = dtr::cpu::gemm into a preallocated C (the kernel alone)\n",
+              threads);
+  std::printf("%-40s %9s %9s %9s %9s %9s %8s %9s\n", "shape", "dtr GF/s", "sgemm", "Eigen", "BLAS", "dtr ms",
+              "dtr/Eig", "sgemm/Eig");
   manual_seed(1);
   for (const auto& s : shapes) {
+    if (!filter.empty() && std::string(s.name).find(filter) == std::string::npos) continue;
     const double flops = 2.0 * s.batch * s.m * s.n * s.k;
-    Tensor A = randn({s.batch, s.m, s.k});
+    Tensor A = s.transpose_a ? randn({s.batch, s.k, s.m}) : randn({s.batch, s.m, s.k});
     Tensor B = s.transpose_b ? randn({s.batch, s.n, s.k}) : randn({s.batch, s.k, s.n});
+    Tensor Av = s.transpose_a ? A.transpose(1, 2) : A;
     Tensor Bv = s.transpose_b ? B.transpose(1, 2) : B;
+    const int64_t a_rs = s.transpose_a ? 1 : s.k, a_cs = s.transpose_a ? s.m : 1;
+    const int64_t b_rs = s.transpose_b ? 1 : s.n, b_cs = s.transpose_b ? s.k : 1;
     double t_dtr;
     if (s.batch == 1) {
-      Tensor a2 = A.view({s.m, s.k});
+      Tensor a2 = s.transpose_a ? A.view({s.k, s.m}).t() : A.view({s.m, s.k});
       Tensor b2 = s.transpose_b ? B.view({s.n, s.k}).t() : B.view({s.k, s.n});
       t_dtr = median_seconds([&] { Tensor c = mm(a2, b2); });
     } else {
-      t_dtr = median_seconds([&] { Tensor c = bmm(A, Bv); });
+      t_dtr = median_seconds([&] { Tensor c = bmm(Av, Bv); });
     }
-    // Raw Eigen on the same memory, preallocated output.
     std::vector<float> C(static_cast<size_t>(s.batch * s.m * s.n));
     const float* pa = A.data<float>();
     const float* pb = B.data<float>();
+    const double t_kernel = median_seconds([&] {
+      for (int64_t i = 0; i < s.batch; ++i)
+        cpu::gemm<float>(s.m, s.n, s.k, pa + i * s.m * s.k, a_rs, a_cs, pb + i * s.k * s.n, b_rs, b_cs,
+                         C.data() + i * s.m * s.n, false);
+    });
+    // Raw Eigen on the same memory, preallocated output.
     const double t_eigen = median_seconds([&] {
-      for (int64_t i = 0; i < s.batch; ++i) {
-        Eigen::Map<const RowMat> a(pa + i * s.m * s.k, s.m, s.k);
-        Eigen::Map<RowMat> c(C.data() + i * s.m * s.n, s.m, s.n);
-        if (s.transpose_b) c.noalias() = a * Eigen::Map<const RowMat>(pb + i * s.n * s.k, s.n, s.k).transpose();
-        else c.noalias() = a * Eigen::Map<const RowMat>(pb + i * s.k * s.n, s.k, s.n);
-      }
+      for (int64_t i = 0; i < s.batch; ++i)
+        eigen_gemm(s, pa + i * s.m * s.k, pb + i * s.k * s.n, C.data() + i * s.m * s.n);
     });
     const double t_blas = median_seconds([&] {
       for (int64_t i = 0; i < s.batch; ++i)
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, s.transpose_b ? CblasTrans : CblasNoTrans, s.m, s.n, s.k, 1.0f,
-                    pa + i * s.m * s.k, s.k, pb + i * s.k * s.n, s.transpose_b ? s.k : s.n, 0.0f,
-                    C.data() + i * s.m * s.n, s.n);
+        cblas_sgemm(CblasRowMajor, s.transpose_a ? CblasTrans : CblasNoTrans, s.transpose_b ? CblasTrans : CblasNoTrans,
+                    s.m, s.n, s.k, 1.0f, pa + i * s.m * s.k, s.transpose_a ? s.m : s.k, pb + i * s.k * s.n,
+                    s.transpose_b ? s.k : s.n, 0.0f, C.data() + i * s.m * s.n, s.n);
     });
-    std::printf("%-38s %10.1f %10.1f %10.1f %9.2f %9.2f\n", s.name, flops / t_dtr * 1e-9, flops / t_eigen * 1e-9,
-                flops / t_blas * 1e-9, t_eigen / t_dtr, t_blas / t_dtr);
+    std::printf("%-40s %9.1f %9.1f %9.1f %9.1f %9.3f %8.2f %9.2f\n", s.name, flops / t_dtr * 1e-9,
+                flops / t_kernel * 1e-9, flops / t_eigen * 1e-9, flops / t_blas * 1e-9, t_dtr * 1e3, t_eigen / t_dtr,
+                t_eigen / t_kernel);
   }
   return 0;
 }

@@ -1,6 +1,9 @@
 #include "tensor/ops/cpu/gemm.h"
 
 #include <Eigen/Core>
+#include <type_traits>
+
+#include "tensor/ops/cpu/sgemm.h"
 
 namespace dtr::cpu {
 namespace {
@@ -31,6 +34,12 @@ template <class T>
 void gemm(int64_t m, int64_t n, int64_t k, const T* A, int64_t a_rs, int64_t a_cs, const T* B, int64_t b_rs,
           int64_t b_cs, T* C, bool accumulate) {
   if (m == 0 || n == 0) return;
+#ifdef __AVX512F__
+  if constexpr (std::is_same_v<T, float>) {  // dtr's own AVX-512 SGEMM (sgemm.h)
+    sgemm(m, n, k, A, a_rs, a_cs, B, b_rs, b_cs, C, n, accumulate);
+    return;
+  }
+#endif
   if (k == 0) {
     if (!accumulate) OutMap<T>(C, m, n).setZero();
     return;

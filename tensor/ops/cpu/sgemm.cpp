@@ -1,0 +1,329 @@
+// AVX-512 f32 GEMM (see sgemm.h for the blocking and its sources).
+#include "tensor/ops/cpu/sgemm.h"
+
+#include <omp.h>
+
+#include <algorithm>
+#include <array>
+#include <cstdlib>
+#include <cstring>
+#include <utility>
+
+#include "tensor/error.h"
+
+#ifdef __AVX512F__
+#include <immintrin.h>
+#endif
+
+namespace dtr::cpu {
+
+#ifdef __AVX512F__
+
+bool sgemm_available() { return true; }
+
+namespace {
+
+constexpr int MR = 14;             // rows of the register tile (broadcast from packed A)
+constexpr int NR = 32;             // columns of the register tile (two zmm of packed B)
+constexpr int64_t KC_MAX = 640;    // K block: A panel kc x 14 (<= 35 KB) stays in the 48 KB L1
+constexpr int64_t NC_PANELS = 64;  // B columns packed at a time: 64 panels = 2048 columns
+constexpr int64_t NSUB_PANELS = 8; // B sub-block reused from L2 over all A panels: 256 columns
+constexpr int SKINNY_N = 16;       // n <= 16: one masked zmm of C per row
+
+/// Grow-only 64-byte aligned scratch (one per thread and role; reused across calls).
+struct Scratch {
+  float* p = nullptr;
+  size_t cap = 0;
+  float* get(size_t n) {
+    if (n > cap) {
+      std::free(p);
+      const size_t bytes = (n * sizeof(float) + 63) / 64 * 64;
+      p = static_cast<float*>(std::aligned_alloc(64, bytes));
+      DTR_CHECK(p != nullptr, "sgemm: out of memory for a ", bytes, "-byte packing buffer");
+      cap = n;
+    }
+    return p;
+  }
+  ~Scratch() { std::free(p); }
+};
+thread_local Scratch t_apack, t_bshared, t_bprivate;
+
+/// [begin, end) of part t of `total` items split into T contiguous, balanced parts.
+std::pair<int64_t, int64_t> part(int64_t total, int T, int t) { return {total * t / T, total * (t + 1) / T}; }
+
+__mmask16 mask_of(int64_t cols) { return cols >= 16 ? __mmask16(0xFFFF) : __mmask16((1u << cols) - 1u); }
+
+/// Adds (add) or stores acc into 16 floats of C at c under mask mk (mk == 0xFFFF: full).
+inline void put(float* c, __m512 acc, __mmask16 mk, bool add) {
+  if (mk == 0xFFFF) {
+    if (add) acc = _mm512_add_ps(acc, _mm512_loadu_ps(c));
+    _mm512_storeu_ps(c, acc);
+  } else if (mk) {
+    if (add) acc = _mm512_add_ps(acc, _mm512_maskz_loadu_ps(mk, c));
+    _mm512_mask_storeu_ps(c, mk, acc);
+  }
+}
+
+/// Register tile: C[0:M, 0:32] (+)= Apanel[kc x 14 (first M used)] * Bpanel[kc x 32].
+template <int M>
+void kernel(int64_t kc, const float* __restrict a, const float* __restrict b, float* c, int64_t ldc, __mmask16 m0,
+            __mmask16 m1, bool add) {
+  __m512 c0[M], c1[M];
+#pragma GCC unroll 14
+  for (int i = 0; i < M; ++i) c0[i] = c1[i] = _mm512_setzero_ps();
+  for (int64_t p = 0; p < kc; ++p) {
+    const __m512 b0 = _mm512_load_ps(b), b1 = _mm512_load_ps(b + 16);
+    _mm_prefetch(reinterpret_cast<const char*>(b + 8 * NR), _MM_HINT_T0);
+#pragma GCC unroll 14
+    for (int i = 0; i < M; ++i) {
+      const __m512 ai = _mm512_set1_ps(a[i]);
+      c0[i] = _mm512_fmadd_ps(ai, b0, c0[i]);
+      c1[i] = _mm512_fmadd_ps(ai, b1, c1[i]);
+    }
+    a += MR;
+    b += NR;
+  }
+#pragma GCC unroll 14
+  for (int i = 0; i < M; ++i) {
+    put(c + i * ldc, c0[i], m0, add);
+    put(c + i * ldc + 16, c1[i], m1, add);
+  }
+}
+
+using KernelFn = void (*)(int64_t, const float*, const float*, float*, int64_t, __mmask16, __mmask16, bool);
+template <size_t... I>
+constexpr auto make_kernels(std::index_sequence<I...>) {
+  return std::array<KernelFn, sizeof...(I)>{&kernel<int(I) + 1>...};
+}
+constexpr auto kKernels = make_kernels(std::make_index_sequence<MR>{});
+
+/// In-register transpose of a 16x16 block: r[i] holds row i on entry, column i on exit
+/// (unpack within 128-bit lanes, then a 4x4 transpose of the lanes).
+inline void transpose16(__m512 r[16]) {
+  __m512 t[16];
+  for (int i = 0; i < 8; ++i) {
+    t[2 * i] = _mm512_unpacklo_ps(r[2 * i], r[2 * i + 1]);
+    t[2 * i + 1] = _mm512_unpackhi_ps(r[2 * i], r[2 * i + 1]);
+  }
+  for (int i = 0; i < 4; ++i) {
+    const __m512d a = _mm512_castps_pd(t[4 * i]), b = _mm512_castps_pd(t[4 * i + 1]);
+    const __m512d c = _mm512_castps_pd(t[4 * i + 2]), d = _mm512_castps_pd(t[4 * i + 3]);
+    r[4 * i] = _mm512_castpd_ps(_mm512_unpacklo_pd(a, c));
+    r[4 * i + 1] = _mm512_castpd_ps(_mm512_unpackhi_pd(a, c));
+    r[4 * i + 2] = _mm512_castpd_ps(_mm512_unpacklo_pd(b, d));
+    r[4 * i + 3] = _mm512_castpd_ps(_mm512_unpackhi_pd(b, d));
+  }
+  // Now lane l of r[4i + j] holds rows 4i..4i+3 of column 4l + j.
+  for (int j = 0; j < 4; ++j) {
+    const __m512 u0 = _mm512_shuffle_f32x4(r[j], r[4 + j], 0x44), u1 = _mm512_shuffle_f32x4(r[j], r[4 + j], 0xEE);
+    const __m512 u2 = _mm512_shuffle_f32x4(r[8 + j], r[12 + j], 0x44);
+    const __m512 u3 = _mm512_shuffle_f32x4(r[8 + j], r[12 + j], 0xEE);
+    t[j] = _mm512_shuffle_f32x4(u0, u2, 0x88);
+    t[4 + j] = _mm512_shuffle_f32x4(u0, u2, 0xDD);
+    t[8 + j] = _mm512_shuffle_f32x4(u1, u3, 0x88);
+    t[12 + j] = _mm512_shuffle_f32x4(u1, u3, 0xDD);
+  }
+  for (int i = 0; i < 16; ++i) r[i] = t[i];
+}
+
+/// Loads `rows` (<= 16) rows of 16 floats (the first `len` of each) starting at src with row
+/// stride ld, transposes them and stores vector q (q < len: element i = row i) via store(q, v).
+template <class Store>
+inline void transpose_block(const float* src, int64_t ld, int rows, int64_t len, Store store) {
+  __m512 r[16];
+  const __mmask16 mk = mask_of(len);
+  for (int i = 0; i < 16; ++i) r[i] = i < rows ? _mm512_maskz_loadu_ps(mk, src + i * ld) : _mm512_setzero_ps();
+  transpose16(r);
+  for (int64_t q = 0; q < len; ++q) store(q, r[q]);
+}
+
+/// Packs rows [0, rows) x k-range [0, kc) of A into dst[p*MR + i].
+void pack_a(const float* A, int64_t a_rs, int64_t a_cs, int64_t rows, int64_t kc, float* dst) {
+  if (a_rs == 1 && rows == MR) {  // column-major: 14 contiguous floats per k
+    for (int64_t p = 0; p < kc; ++p)
+      _mm512_mask_storeu_ps(dst + p * MR, 0x3FFF, _mm512_maskz_loadu_ps(0x3FFF, A + p * a_cs));
+  } else if (a_cs == 1) {  // row-major: transpose 14 x 16 blocks
+    for (int64_t p0 = 0; p0 < kc; p0 += 16)
+      transpose_block(A + p0, a_rs, static_cast<int>(rows), std::min<int64_t>(16, kc - p0),
+                      [&](int64_t q, __m512 v) { _mm512_mask_storeu_ps(dst + (p0 + q) * MR, 0x3FFF, v); });
+  } else {
+    for (int64_t p = 0; p < kc; ++p)
+      for (int64_t i = 0; i < rows; ++i) dst[p * MR + i] = A[i * a_rs + p * a_cs];
+  }
+}
+
+/// Packs columns [0, cols) x k-range [0, kc) of B into dst[p*NR + j], zero for j >= cols.
+void pack_b(const float* B, int64_t b_rs, int64_t b_cs, int64_t cols, int64_t kc, float* dst) {
+  if (b_cs == 1) {  // row-major: 32 contiguous floats per k
+    const __mmask16 m0 = mask_of(cols), m1 = mask_of(cols - 16 > 0 ? cols - 16 : 0);
+    for (int64_t p = 0; p < kc; ++p) {
+      const float* s = B + p * b_rs;
+      _mm512_store_ps(dst + p * NR, _mm512_maskz_loadu_ps(m0, s));
+      _mm512_store_ps(dst + p * NR + 16, _mm512_maskz_loadu_ps(m1, s + 16));
+    }
+  } else if (b_rs == 1) {  // column-major: transpose two 16 x 16 blocks per 16 k
+    for (int64_t p0 = 0; p0 < kc; p0 += 16)
+      for (int h = 0; h < 2; ++h) {
+        const int64_t c = std::max<int64_t>(0, std::min<int64_t>(16, cols - 16 * h));
+        transpose_block(B + 16 * h * b_cs + p0, b_cs, static_cast<int>(c), std::min<int64_t>(16, kc - p0),
+                        [&](int64_t q, __m512 v) { _mm512_store_ps(dst + (p0 + q) * NR + 16 * h, v); });
+      }
+  } else {
+    for (int64_t p = 0; p < kc; ++p)
+      for (int64_t j = 0; j < NR; ++j) dst[p * NR + j] = j < cols ? B[p * b_rs + j * b_cs] : 0.0f;
+  }
+}
+
+struct Problem {
+  int64_t m, n, k;
+  const float* A;
+  int64_t a_rs, a_cs;
+  const float* B;
+  int64_t b_rs, b_cs;
+  float* C;
+  int64_t ldc;
+  bool accumulate;
+};
+
+/// Tiles of row panels [i0, i1) x column panels [jc, jc + jn) for one K block of depth kc,
+/// packed A in ap (panel ip at ap + ip*MR*kc), packed B in bp (panel jc + q at bp + q*NR*kc).
+void compute(const Problem& P, int64_t kc, bool add, const float* ap, int64_t i0, int64_t i1, const float* bp,
+             int64_t jc, int64_t jn) {
+  for (int64_t js = 0; js < jn; js += NSUB_PANELS) {
+    const int64_t je = std::min(jn, js + NSUB_PANELS);
+    for (int64_t ip = i0; ip < i1; ++ip) {
+      const int64_t rows = std::min<int64_t>(MR, P.m - ip * MR);
+      const KernelFn kern = kKernels[rows - 1];
+      const float* a = ap + ip * MR * kc;
+      float* crow = P.C + ip * MR * P.ldc;
+      for (int64_t q = js; q < je; ++q) {
+        const int64_t col0 = (jc + q) * NR, cols = std::min<int64_t>(NR, P.n - col0);
+        kern(kc, a, bp + q * NR * kc, crow + col0, P.ldc, mask_of(cols), mask_of(cols > 16 ? cols - 16 : 0), add);
+      }
+    }
+  }
+}
+
+void general(const Problem& P, int nt) {
+  const int64_t mp = (P.m + MR - 1) / MR, np = (P.n + NR - 1) / NR;
+  const int64_t nkb = (P.k + KC_MAX - 1) / KC_MAX, kcb = (P.k + nkb - 1) / nkb;
+  // Column split (each thread packs and uses its own B panels, no barrier per B block) unless
+  // there are too few column panels to share.
+  const bool col_split = nt == 1 || np >= 3 * nt || np >= mp;
+  float* ap = t_apack.get(static_cast<size_t>(mp * MR * kcb));
+  float* bshared = col_split ? nullptr : t_bshared.get(static_cast<size_t>(kcb * std::min(np, NC_PANELS) * NR));
+#pragma omp parallel num_threads(nt) if (nt > 1)
+  {
+    const int T = omp_get_num_threads(), t = omp_get_thread_num();
+    for (int64_t pc = 0; pc < P.k; pc += kcb) {
+      const int64_t kc = std::min(kcb, P.k - pc);
+      const bool add = P.accumulate || pc > 0;
+      {
+        const auto [p0, p1] = part(mp, T, t);
+        for (int64_t ip = p0; ip < p1; ++ip)
+          pack_a(P.A + ip * MR * P.a_rs + pc * P.a_cs, P.a_rs, P.a_cs, std::min<int64_t>(MR, P.m - ip * MR), kc,
+                 ap + ip * MR * kc);
+      }
+#pragma omp barrier
+      if (col_split) {
+        const auto [j0, j1] = part(np, T, t);
+        float* bp = t_bprivate.get(static_cast<size_t>(kc * std::min(NC_PANELS, j1 - j0) * NR));
+        for (int64_t jc = j0; jc < j1; jc += NC_PANELS) {
+          const int64_t jn = std::min(NC_PANELS, j1 - jc);
+          for (int64_t q = 0; q < jn; ++q) {
+            const int64_t col0 = (jc + q) * NR;
+            pack_b(P.B + col0 * P.b_cs + pc * P.b_rs, P.b_rs, P.b_cs, std::min<int64_t>(NR, P.n - col0), kc,
+                   bp + q * NR * kc);
+          }
+          compute(P, kc, add, ap, 0, mp, bp, jc, jn);
+        }
+      } else {
+        const auto [i0, i1] = part(mp, T, t);
+        for (int64_t jc = 0; jc < np; jc += NC_PANELS) {
+          const int64_t jn = std::min(NC_PANELS, np - jc);
+          const auto [q0, q1] = part(jn, T, t);
+          for (int64_t q = q0; q < q1; ++q) {
+            const int64_t col0 = (jc + q) * NR;
+            pack_b(P.B + col0 * P.b_cs + pc * P.b_rs, P.b_rs, P.b_cs, std::min<int64_t>(NR, P.n - col0), kc,
+                   bshared + q * NR * kc);
+          }
+#pragma omp barrier
+          compute(P, kc, add, ap, i0, i1, bshared, jc, jn);
+#pragma omp barrier
+        }
+      }
+#pragma omp barrier
+    }
+  }
+}
+
+/// n <= 16: C[i, 0:n] (+)= sum_p A[i,p] * Bp[p, 0:16] for R rows at a time, one FMA chain per row
+/// over the whole k (B packed once into k x 16, zero padded).
+template <int R>
+void skinny_rows(const Problem& P, int64_t i, const float* bp) {
+  __m512 acc[R];
+#pragma GCC unroll 16
+  for (int r = 0; r < R; ++r) acc[r] = _mm512_setzero_ps();
+  const float* a = P.A + i * P.a_rs;
+  for (int64_t p = 0; p < P.k; ++p) {
+    const __m512 b = _mm512_load_ps(bp + p * 16);
+#pragma GCC unroll 16
+    for (int r = 0; r < R; ++r) acc[r] = _mm512_fmadd_ps(_mm512_set1_ps(a[r * P.a_rs + p * P.a_cs]), b, acc[r]);
+  }
+  const __mmask16 mk = mask_of(P.n);
+#pragma GCC unroll 16
+  for (int r = 0; r < R; ++r) put(P.C + (i + r) * P.ldc, acc[r], mk, P.accumulate);
+}
+
+using SkinnyFn = void (*)(const Problem&, int64_t, const float*);
+template <size_t... I>
+constexpr auto make_skinny(std::index_sequence<I...>) {
+  return std::array<SkinnyFn, sizeof...(I)>{&skinny_rows<int(I) + 1>...};
+}
+constexpr int SKINNY_R = 16;
+constexpr auto kSkinny = make_skinny(std::make_index_sequence<SKINNY_R>{});
+
+void skinny_n(const Problem& P, int nt) {
+  float* bp = t_bshared.get(static_cast<size_t>(P.k * 16));
+  for (int64_t p = 0; p < P.k; ++p)
+    for (int64_t j = 0; j < 16; ++j) bp[p * 16 + j] = j < P.n ? P.B[p * P.b_rs + j * P.b_cs] : 0.0f;
+  const int64_t blocks = (P.m + SKINNY_R - 1) / SKINNY_R;
+#pragma omp parallel for num_threads(nt) if (nt > 1) schedule(static)
+  for (int64_t b = 0; b < blocks; ++b) {
+    const int64_t i = b * SKINNY_R, rows = std::min<int64_t>(SKINNY_R, P.m - i);
+    kSkinny[rows - 1](P, i, bp);
+  }
+}
+
+}  // namespace
+
+void sgemm(int64_t m, int64_t n, int64_t k, const float* A, int64_t a_rs, int64_t a_cs, const float* B,
+           int64_t b_rs, int64_t b_cs, float* C, int64_t ldc, bool accumulate) {
+  DTR_CHECK(m >= 0 && n >= 0 && k >= 0 && ldc >= n, "sgemm: bad sizes m=", m, " n=", n, " k=", k, " ldc=", ldc);
+  if (m == 0 || n == 0) return;
+  if (k == 0) {
+    if (!accumulate)
+      for (int64_t i = 0; i < m; ++i) std::memset(C + i * ldc, 0, sizeof(float) * n);
+    return;
+  }
+  const Problem P{m, n, k, A, a_rs, a_cs, B, b_rs, b_cs, C, ldc, accumulate};
+  // Threads only pay off above ~0.5 MFLOP or when C is large (bandwidth); the result does not
+  // depend on the choice.
+  int nt = omp_in_parallel() ? 1 : omp_get_max_threads();
+  if (m * n * k < (int64_t(1) << 18) && m * n < (int64_t(1) << 16)) nt = 1;
+  if (n <= SKINNY_N) skinny_n(P, nt);
+  else general(P, nt);
+}
+
+#else  // no AVX-512 in this build
+
+bool sgemm_available() { return false; }
+
+void sgemm(int64_t, int64_t, int64_t, const float*, int64_t, int64_t, const float*, int64_t, int64_t, float*, int64_t,
+           bool) {
+  DTR_CHECK(false, "sgemm: this build has no AVX-512 kernels (compile tensor/ops/cpu with -march=x86-64-v4)");
+}
+
+#endif
+
+}  // namespace dtr::cpu

@@ -1,0 +1,35 @@
+#pragma once
+// dtr's own f32 GEMM for AVX-512 CPUs: C[m,n] (+)= A[m,k] * B[k,n] over strided operands.
+//
+// Goto/BLIS-style (K. Goto and R. van de Geijn, "Anatomy of High-Performance Matrix
+// Multiplication", ACM TOMS 34(3), 2008; F. Van Zee and R. van de Geijn, "BLIS", ACM TOMS
+// 41(3), 2015): K is cut into blocks of at most 640 (one block when K <= 640, so C is written
+// once, e.g. the lm_head product with K = 576); per K block A is packed into 14-row panels
+// (row i of the panel at [p*14 + i]) and B into 32-column panels ([p*32 + j], zero padded) of
+// at most 2048 columns at a time; a 14x32 register tile (28 zmm accumulators, one broadcast
+// from A and two loads from B per k) does the FMAs. Loop nest per thread: 256-column B
+// sub-block (kc x 256, L2 resident) > 14-row A panel (kc x 14 <= 35 KB, L1 resident) >
+// 32-column B panel. Edge rows use a kernel instantiated for that row count, edge columns masked
+// loads/stores of C. Skinny products are memory bound and take their own paths: n <= 16 (one
+// masked zmm of C per row, B packed once) without K blocking.
+//
+// Determinism: each C element is computed by one thread as an FMA chain over k in a fixed order
+// (per K block, blocks added to C in order), and the blocking depends only on the shape, so
+// results are bitwise identical for any thread count.
+#include <cstdint>
+
+namespace dtr::cpu {
+
+/// True when this build has the AVX-512 SGEMM (compiled with __AVX512F__).
+bool sgemm_available();
+
+/// C[m,n] (+)= A[m,k] * B[k,n] in f32. A(i,p) = A[i*a_rs + p*a_cs], B(p,j) = B[p*b_rs + j*b_cs]
+/// (any strides; one unit stride per operand is the fast case), C(i,j) = C[i*ldc + j] with
+/// ldc >= n. accumulate: C += A*B (beta 1), else C = A*B (beta 0; C need not be initialised).
+/// k == 0 gives C = 0 (or leaves C unchanged when accumulating). Parallel inside with OpenMP up
+/// to omp_get_max_threads() unless called from a parallel region (then single-threaded);
+/// results do not depend on the thread count. Throws dtr::Error when the build lacks AVX-512.
+void sgemm(int64_t m, int64_t n, int64_t k, const float* A, int64_t a_rs, int64_t a_cs, const float* B,
+           int64_t b_rs, int64_t b_cs, float* C, int64_t ldc, bool accumulate);
+
+}  // namespace dtr::cpu

@@ -1,0 +1,156 @@
+// dtr's AVX-512 SGEMM (tensor/ops/cpu/sgemm.h) against a double-accumulated triple loop: edge
+// sizes around the 14x32 register tile and the 16-wide skinny paths, all layouts of A and B
+// (row-major, column-major, both with padded leading strides, and a non-unit-stride view),
+// accumulate on/off, ldc > n, K split into several blocks, k = 0, and bitwise equality of
+// results across thread counts. Skipped in builds without AVX-512.
+#include <omp.h>
+
+#include <catch2/catch.hpp>
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <random>
+#include <vector>
+
+#include "tensor/ops/cpu/sgemm.h"
+
+using dtr::cpu::sgemm;
+
+namespace {
+
+enum class Layout { Row, Col, Strided };
+
+/// A rows x cols operand stored in `buf` with element (i, j) at i*rs + j*cs; unused slots are NaN
+/// so that reading outside the operand shows up in the result.
+struct Operand {
+  std::vector<float> buf;
+  int64_t rs = 0, cs = 0;
+  float at(int64_t i, int64_t j) const { return buf[static_cast<size_t>(i * rs + j * cs)]; }
+};
+
+Operand make_operand(int64_t rows, int64_t cols, Layout l, int64_t pad, std::mt19937& g) {
+  Operand o;
+  size_t size = 0;
+  switch (l) {
+    case Layout::Row: o.rs = cols + pad; o.cs = 1; size = static_cast<size_t>(rows * o.rs); break;
+    case Layout::Col: o.rs = 1; o.cs = rows + pad; size = static_cast<size_t>(cols * o.cs); break;
+    case Layout::Strided: o.rs = 2 * cols + 1; o.cs = 2; size = static_cast<size_t>(rows * o.rs); break;
+  }
+  o.buf.assign(size + 1, std::numeric_limits<float>::quiet_NaN());
+  std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+  for (int64_t i = 0; i < rows; ++i)
+    for (int64_t j = 0; j < cols; ++j) o.buf[static_cast<size_t>(i * o.rs + j * o.cs)] = u(g);
+  return o;
+}
+
+/// Runs sgemm and checks every element against the double reference with the bound
+/// |err| <= (k + 2) * 2^-23 * (sum_p |a_ip||b_pj| + |c0_ij|); checks the ldc padding is untouched.
+void check_one(int64_t m, int64_t n, int64_t k, Layout la, Layout lb, bool acc, int64_t ldc_pad, std::mt19937& g) {
+  INFO("m=" << m << " n=" << n << " k=" << k << " A layout " << int(la) << " B layout " << int(lb) << " acc " << acc
+            << " ldc pad " << ldc_pad);
+  const Operand A = make_operand(m, k, la, 3, g), B = make_operand(k, n, lb, 5, g);
+  const int64_t ldc = n + ldc_pad;
+  std::vector<float> C(static_cast<size_t>(m * ldc));
+  std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+  for (auto& x : C) x = u(g);
+  const std::vector<float> C0 = C;
+  sgemm(m, n, k, A.buf.data(), A.rs, A.cs, B.buf.data(), B.rs, B.cs, C.data(), ldc, acc);
+  std::vector<double> ref(static_cast<size_t>(m * n), 0.0), mag(static_cast<size_t>(m * n), 0.0);
+  for (int64_t i = 0; i < m; ++i)
+    for (int64_t p = 0; p < k; ++p) {
+      const double a = A.at(i, p);
+      for (int64_t j = 0; j < n; ++j) {
+        const double b = B.at(p, j);
+        ref[static_cast<size_t>(i * n + j)] += a * b;
+        mag[static_cast<size_t>(i * n + j)] += std::fabs(a * b);
+      }
+    }
+  int64_t bad = 0;
+  for (int64_t i = 0; i < m; ++i) {
+    for (int64_t j = 0; j < n; ++j) {
+      const size_t r = static_cast<size_t>(i * n + j), c = static_cast<size_t>(i * ldc + j);
+      const double c0 = acc ? C0[c] : 0.0;
+      const double tol = (k + 2) * std::ldexp(1.0, -23) * (mag[r] + std::fabs(c0)) + 1e-30;
+      if (!(std::fabs(C[c] - (ref[r] + c0)) <= tol)) ++bad;
+    }
+    for (int64_t j = n; j < ldc; ++j)
+      if (std::memcmp(&C[static_cast<size_t>(i * ldc + j)], &C0[static_cast<size_t>(i * ldc + j)], sizeof(float)))
+        ++bad;
+  }
+  CHECK(bad == 0);
+}
+
+}  // namespace
+
+TEST_CASE("sgemm matches a double reference over edge sizes and layouts", "[sgemm]") {
+  if (!dtr::cpu::sgemm_available()) return;
+  std::mt19937 g(7);
+  const std::vector<int64_t> sizes = {1, 2, 7, 8, 13, 15, 16, 17, 31, 32, 33, 63, 64, 65, 100, 577};
+  const Layout layouts[2] = {Layout::Row, Layout::Col};
+  int64_t case_no = 0;
+  for (size_t a = 0; a < sizes.size(); ++a)
+    for (size_t b = 0; b < sizes.size(); ++b) {
+      const int64_t m = sizes[a], n = sizes[b], k = sizes[(a * 7 + b * 3) % sizes.size()];
+      if (m * n * k > 4'000'000) continue;
+      const int64_t c = case_no++;
+      check_one(m, n, k, layouts[c % 2], layouts[(c / 2) % 2], c % 3 == 0, (c % 5 == 0) ? 3 : 0, g);
+    }
+  // k = 1 and the skinny shapes of LoRA rank 8, every layout pair.
+  for (Layout la : layouts)
+    for (Layout lb : layouts) {
+      check_one(65, 33, 1, la, lb, false, 0, g);
+      check_one(100, 8, 577, la, lb, false, 0, g);  // X @ A^T
+      check_one(100, 577, 8, la, lb, true, 2, g);   // Z @ B^T
+      check_one(8, 577, 100, la, lb, false, 0, g);  // dA = dZ^T @ X
+      check_one(577, 8, 100, la, lb, true, 0, g);   // dB = dY^T @ Z
+      check_one(33, 65, 1300, la, lb, false, 1, g); // several K blocks
+      check_one(31, 16, 700, la, lb, true, 0, g);
+    }
+  // Neither stride unit (not used by mm, but allowed).
+  check_one(29, 45, 37, Layout::Strided, Layout::Strided, true, 0, g);
+  check_one(29, 7, 37, Layout::Strided, Layout::Col, false, 0, g);
+}
+
+TEST_CASE("sgemm on a layer-sized product", "[sgemm]") {
+  if (!dtr::cpu::sgemm_available()) return;
+  std::mt19937 g(11);
+  check_one(1024, 1536, 576, Layout::Row, Layout::Col, false, 0, g);
+}
+
+TEST_CASE("sgemm with k = 0 zeroes or keeps C", "[sgemm]") {
+  if (!dtr::cpu::sgemm_available()) return;
+  std::vector<float> C(3 * 5, 2.0f);
+  const float dummy = 0.0f;
+  sgemm(3, 4, 0, &dummy, 0, 1, &dummy, 4, 1, C.data(), 5, true);
+  for (float x : C) CHECK(x == 2.0f);
+  sgemm(3, 4, 0, &dummy, 0, 1, &dummy, 4, 1, C.data(), 5, false);
+  for (int i = 0; i < 3; ++i)
+    for (int j = 0; j < 5; ++j) CHECK(C[static_cast<size_t>(i * 5 + j)] == (j < 4 ? 0.0f : 2.0f));
+}
+
+TEST_CASE("sgemm results do not depend on the thread count", "[sgemm]") {
+  if (!dtr::cpu::sgemm_available()) return;
+  std::mt19937 g(3);
+  struct Case {
+    int64_t m, n, k;
+    Layout la, lb;
+  };
+  // Column split, row split (few column panels), several K blocks, skinny n, skinny k.
+  const Case cases[] = {{300, 577, 100, Layout::Row, Layout::Col},  {1000, 33, 200, Layout::Col, Layout::Row},
+                        {77, 300, 1500, Layout::Row, Layout::Row},  {1000, 8, 600, Layout::Row, Layout::Col},
+                        {1000, 700, 8, Layout::Row, Layout::Col},   {8, 1000, 900, Layout::Col, Layout::Row}};
+  const int saved = omp_get_max_threads();
+  for (const Case& c : cases) {
+    INFO("m=" << c.m << " n=" << c.n << " k=" << c.k);
+    const Operand A = make_operand(c.m, c.k, c.la, 1, g), B = make_operand(c.k, c.n, c.lb, 1, g);
+    std::vector<float> out[3];
+    for (int t = 1; t <= 3; ++t) {
+      omp_set_num_threads(t);
+      out[t - 1].assign(static_cast<size_t>(c.m * c.n), 1.0f);
+      sgemm(c.m, c.n, c.k, A.buf.data(), A.rs, A.cs, B.buf.data(), B.rs, B.cs, out[t - 1].data(), c.n, true);
+    }
+    CHECK(std::memcmp(out[0].data(), out[1].data(), out[0].size() * sizeof(float)) == 0);
+    CHECK(std::memcmp(out[0].data(), out[2].data(), out[0].size() * sizeof(float)) == 0);
+  }
+  omp_set_num_threads(saved);
+}
