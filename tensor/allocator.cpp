@@ -1,7 +1,6 @@
 #include "tensor/allocator.h"
 
-#include <cstdlib>
-
+#include "tensor/cpu_allocator.h"
 #include "tensor/error.h"
 
 namespace dtr {
@@ -24,32 +23,12 @@ void Allocator::note_free(size_t nbytes) { current_.fetch_sub(static_cast<int64_
 
 namespace {
 
-/// CPU allocator: 64-byte aligned blocks (one cache line, full AVX-512 vectors).
-class CpuAllocator final : public Allocator {
- public:
-  void* allocate(size_t nbytes) override {
-    if (nbytes == 0) return nullptr;
-    const size_t rounded = (nbytes + 63) / 64 * 64;
-    void* p = std::aligned_alloc(64, rounded);
-    DTR_CHECK(p != nullptr, "cpu allocator: out of memory allocating ", nbytes, " bytes");
-    note_alloc(nbytes);
-    return p;
-  }
-  void deallocate(void* p, size_t nbytes) override {
-    if (!p) return;
-    std::free(p);
-    note_free(nbytes);
-  }
-  Device device() const override { return Device::cpu(); }
-};
-
 Allocator* g_allocators[kNumDeviceTypes] = {nullptr, nullptr};
 
 }  // namespace
 
 Allocator* get_allocator(Device d) {
-  static CpuAllocator cpu;
-  if (d.is_cpu()) return &cpu;
+  if (d.is_cpu()) return cpu_allocator();
   Allocator* a = g_allocators[static_cast<int>(d.type)];
   DTR_CHECK(a != nullptr, "no allocator for device ", d, " (was dtr built with -DDTR_CUDA=ON?)");
   return a;

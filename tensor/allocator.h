@@ -44,8 +44,8 @@ class Allocator {
   std::atomic<int64_t> current_{0}, peak_{0}, allocations_{0};
 };
 
-/// The allocator for a device type. CPU: 64-byte aligned. CUDA: registered by the CUDA
-/// backend; throws dtr::Error when the build has no CUDA backend.
+/// The allocator for a device type. CPU: cpu_allocator() (64-byte aligned, large blocks cached).
+/// CUDA: registered by the CUDA backend; throws dtr::Error when the build has no CUDA backend.
 Allocator* get_allocator(Device d);
 /// Installs the allocator of a device type (the CUDA backend calls this at load time).
 void set_allocator(DeviceType t, Allocator* a);
