@@ -8,6 +8,21 @@ namespace dtr {
 namespace {
 using Grads = std::vector<Tensor>;
 using Needs = std::vector<bool>;
+
+/// True when the 2-d tensor t is column-major (a transposed view of a contiguous matrix, e.g.
+/// linear's w.t()) rather than row-major.
+bool column_major(const Tensor& t) { return t.stride(0) == 1 && t.size(1) > 1 && t.size(0) > 1; }
+
+/// Gradients of mm's operands in the operand's own memory layout (PyTorch's mm_mat1_backward /
+/// mm_mat2_backward): for a column-major operand the product is formed transposed, so that the
+/// gradient of a weight used as w.t() arrives contiguous once the view's backward transposes
+/// it back (no copy before the optimizer or the FSDP reduce-scatter).
+Tensor mm_mat1_backward(const Tensor& g, const Tensor& a, const Tensor& b) {
+  return column_major(a) ? mm(b, g.t()).t() : mm(g, b.t());
+}
+Tensor mm_mat2_backward(const Tensor& g, const Tensor& a, const Tensor& b) {
+  return column_major(b) ? mm(g.t(), a).t() : mm(a.t(), g);
+}
 }  // namespace
 
 Tensor mm(const Tensor& a, const Tensor& b) {
@@ -18,7 +33,9 @@ Tensor mm(const Tensor& a, const Tensor& b) {
   Tensor out = dispatch1(OpCall{op, {a, b}, {}});
   if (needs_grad({a, b}))
     record("mm", {a, b}, out, [sa = SavedTensor(a), sb = SavedTensor(b)](const Grads& g, const Needs& n) {
-      return Grads{n[0] ? mm(g[0], sb.get("mm").t()) : Tensor(), n[1] ? mm(sa.get("mm").t(), g[0]) : Tensor()};
+      const Tensor ta = sa.get("mm");
+      const Tensor tb = sb.get("mm");
+      return Grads{n[0] ? mm_mat1_backward(g[0], ta, tb) : Tensor(), n[1] ? mm_mat2_backward(g[0], ta, tb) : Tensor()};
     });
   return out;
 }

@@ -131,6 +131,27 @@ TEST_CASE("matrix products backward matches finite differences (f64)", "[matmul]
         "");
 }
 
+TEST_CASE("mm gradients keep their operand's layout (weights used as w.t() get contiguous grads)",
+          "[matmul][grad]") {
+  manual_seed(35);
+  // linear: y = x w^T with w [out, in]; dw = g^T x, dx = g w. The transposed operands of the
+  // second case are column-major views, whose gradients are formed transposed.
+  Tensor x = leaf({6, 4}), w = leaf({3, 4});
+  Tensor g = rnd({6, 3}, DType::f64);
+  linear(x, w, Tensor()).backward(g);
+  CHECK(w.grad().is_contiguous());
+  CHECK(x.grad().is_contiguous());
+  CHECK(max_abs_diff(w.grad(), naive_bmm(g.t(), x.detach())) < kF64Tol);
+  CHECK(max_abs_diff(x.grad(), naive_bmm(g, w.detach())) < kF64Tol);
+
+  Tensor at = leaf({4, 6}), bt = leaf({3, 4});  // mm(at.t(), bt.t()): both column-major
+  mm(at.t(), bt.t()).backward(g);
+  CHECK(at.grad().is_contiguous());
+  CHECK(bt.grad().is_contiguous());
+  CHECK(max_abs_diff(at.grad(), naive_bmm(bt.detach().t(), g.t())) < kF64Tol);  // (g b^T)^T
+  CHECK(max_abs_diff(bt.grad(), naive_bmm(g.t(), at.detach().t())) < kF64Tol);  // (a^T g)^T
+}
+
 TEST_CASE("matrix products reject mismatched shapes", "[matmul]") {
   CHECK_THROWS_WITH(mm(zeros({2, 3}), zeros({4, 5})), Catch::Contains("mm") && Catch::Contains("[2, 3]"));
   CHECK_THROWS_WITH(mm(zeros({2, 3, 1}), zeros({3, 5})), Catch::Contains("2-d"));
