@@ -1,6 +1,7 @@
 #include "tensor/ops/cpu/gemm.h"
 
 #include <Eigen/Core>
+#include <cstdlib>
 #include <type_traits>
 
 #include "tensor/ops/cpu/sgemm.h"
@@ -36,8 +37,15 @@ void gemm(int64_t m, int64_t n, int64_t k, const T* A, int64_t a_rs, int64_t a_c
   if (m == 0 || n == 0) return;
 #ifdef __AVX512F__
   if constexpr (std::is_same_v<T, float>) {  // dtr's own AVX-512 SGEMM (sgemm.h)
-    sgemm(m, n, k, A, a_rs, a_cs, B, b_rs, b_cs, C, n, accumulate);
-    return;
+    // DTR_EIGEN_SGEMM=1 in the environment keeps f32 on Eigen (A/B benchmarking on one binary).
+    static const bool eigen = [] {
+      const char* e = std::getenv("DTR_EIGEN_SGEMM");
+      return e != nullptr && e[0] == '1';
+    }();
+    if (!eigen) {
+      sgemm(m, n, k, A, a_rs, a_cs, B, b_rs, b_cs, C, n, accumulate);
+      return;
+    }
   }
 #endif
   if (k == 0) {

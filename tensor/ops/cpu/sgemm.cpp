@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <array>
+#include <cstdint>
 #include <cstdlib>
 #include <cstring>
 #include <utility>
@@ -29,6 +30,7 @@ constexpr int64_t KC_MAX = 640;    // K block: A panel kc x 14 (<= 35 KB) stays 
 constexpr int64_t NC_PANELS = 64;  // B columns packed at a time: 64 panels = 2048 columns
 constexpr int64_t NSUB_PANELS = 8; // B sub-block reused from L2 over all A panels: 256 columns
 constexpr int SKINNY_N = 16;       // n <= 16: one masked zmm of C per row
+constexpr int64_t STREAM_BYTES = int64_t(1) << 24;  // C of 16 MB and more: non-temporal stores
 
 /// Grow-only 64-byte aligned scratch (one per thread and role; reused across calls).
 struct Scratch {
@@ -64,10 +66,19 @@ inline void put(float* c, __m512 acc, __mmask16 mk, bool add) {
   }
 }
 
+/// How the register tile reaches C: store, add, or non-temporal store (C = A*B too large for the
+/// caches: skips the read-for-ownership; only full, 64-byte aligned vectors, the rest stored).
+enum class Put { Store, Add, Stream };
+
+inline void put(float* c, __m512 acc, __mmask16 mk, Put mode) {
+  if (mode == Put::Stream && mk == 0xFFFF && (reinterpret_cast<uintptr_t>(c) & 63) == 0) _mm512_stream_ps(c, acc);
+  else put(c, acc, mk, mode == Put::Add);
+}
+
 /// Register tile: C[0:M, 0:32] (+)= Apanel[kc x 14 (first M used)] * Bpanel[kc x 32].
 template <int M>
 void kernel(int64_t kc, const float* __restrict a, const float* __restrict b, float* c, int64_t ldc, __mmask16 m0,
-            __mmask16 m1, bool add) {
+            __mmask16 m1, Put add) {
   __m512 c0[M], c1[M];
 #pragma GCC unroll 14
   for (int i = 0; i < M; ++i) c0[i] = c1[i] = _mm512_setzero_ps();
@@ -90,7 +101,7 @@ void kernel(int64_t kc, const float* __restrict a, const float* __restrict b, fl
   }
 }
 
-using KernelFn = void (*)(int64_t, const float*, const float*, float*, int64_t, __mmask16, __mmask16, bool);
+using KernelFn = void (*)(int64_t, const float*, const float*, float*, int64_t, __mmask16, __mmask16, Put);
 template <size_t... I>
 constexpr auto make_kernels(std::index_sequence<I...>) {
   return std::array<KernelFn, sizeof...(I)>{&kernel<int(I) + 1>...};
@@ -187,7 +198,7 @@ struct Problem {
 
 /// Tiles of row panels [i0, i1) x column panels [jc, jc + jn) for one K block of depth kc,
 /// packed A in ap (panel ip at ap + ip*MR*kc), packed B in bp (panel jc + q at bp + q*NR*kc).
-void compute(const Problem& P, int64_t kc, bool add, const float* ap, int64_t i0, int64_t i1, const float* bp,
+void compute(const Problem& P, int64_t kc, Put add, const float* ap, int64_t i0, int64_t i1, const float* bp,
              int64_t jc, int64_t jn) {
   for (int64_t js = 0; js < jn; js += NSUB_PANELS) {
     const int64_t je = std::min(jn, js + NSUB_PANELS);
@@ -210,6 +221,8 @@ void general(const Problem& P, int nt) {
   // Column split (each thread packs and uses its own B panels, no barrier per B block) unless
   // there are too few column panels to share.
   const bool col_split = nt == 1 || np >= 3 * nt || np >= mp;
+  // Non-temporal stores when C is written once (one K block) and is larger than STREAM_BYTES.
+  const bool stream = !P.accumulate && nkb == 1 && P.m * P.ldc * int64_t(sizeof(float)) >= STREAM_BYTES;
   float* ap = t_apack.get(static_cast<size_t>(mp * MR * kcb));
   float* bshared = col_split ? nullptr : t_bshared.get(static_cast<size_t>(kcb * std::min(np, NC_PANELS) * NR));
 #pragma omp parallel num_threads(nt) if (nt > 1)
@@ -217,7 +230,7 @@ void general(const Problem& P, int nt) {
     const int T = omp_get_num_threads(), t = omp_get_thread_num();
     for (int64_t pc = 0; pc < P.k; pc += kcb) {
       const int64_t kc = std::min(kcb, P.k - pc);
-      const bool add = P.accumulate || pc > 0;
+      const Put add = P.accumulate || pc > 0 ? Put::Add : stream ? Put::Stream : Put::Store;
       {
         const auto [p0, p1] = part(mp, T, t);
         for (int64_t ip = p0; ip < p1; ++ip)
@@ -254,6 +267,7 @@ void general(const Problem& P, int nt) {
       }
 #pragma omp barrier
     }
+    if (stream) _mm_sfence();  // order this thread's non-temporal stores before the join
   }
 }
 
@@ -295,6 +309,138 @@ void skinny_n(const Problem& P, int nt) {
   }
 }
 
+/// n <= 16 with row-major A: dot products along k, 16 lanes at a time. Bt[j*kp + p] = B(p, j)
+/// (kp = k rounded up to 16, zero padded); R rows of A share each load of Bt. Each C element is
+/// one FMA chain per lane over k, then a fixed-order horizontal sum.
+template <int N, int R>
+void dot_rows(const Problem& P, int64_t i, const float* bt, int64_t kp) {
+  __m512 acc[R][N];
+#pragma GCC unroll 2
+  for (int r = 0; r < R; ++r)
+#pragma GCC unroll 16
+    for (int j = 0; j < N; ++j) acc[r][j] = _mm512_setzero_ps();
+  const float* a[R];
+  for (int r = 0; r < R; ++r) a[r] = P.A + (i + r) * P.a_rs;
+  const bool ahead = i + 2 * R <= P.m;  // prefetch the next rows' chunk alongside
+  for (int64_t p = 0; p < P.k; p += 16) {
+    const __mmask16 mk = mask_of(P.k - p);
+    if (ahead)
+      for (int r = 0; r < R; ++r) _mm_prefetch(reinterpret_cast<const char*>(a[r] + R * P.a_rs + p), _MM_HINT_T0);
+    __m512 av[R];
+#pragma GCC unroll 2
+    for (int r = 0; r < R; ++r) av[r] = _mm512_maskz_loadu_ps(mk, a[r] + p);
+#pragma GCC unroll 16
+    for (int j = 0; j < N; ++j) {
+      const __m512 b = _mm512_load_ps(bt + j * kp + p);
+#pragma GCC unroll 2
+      for (int r = 0; r < R; ++r) acc[r][j] = _mm512_fmadd_ps(av[r], b, acc[r][j]);
+    }
+  }
+  for (int r = 0; r < R; ++r) {
+    float* c = P.C + (i + r) * P.ldc;
+    for (int j = 0; j < N; ++j) {
+      const float v = _mm512_reduce_add_ps(acc[r][j]);
+      c[j] = P.accumulate ? c[j] + v : v;
+    }
+  }
+}
+
+using DotFn = void (*)(const Problem&, int64_t, const float*, int64_t);
+template <size_t... I>
+constexpr auto make_dot(std::index_sequence<I...>, std::integral_constant<int, 1>) {
+  return std::array<DotFn, sizeof...(I)>{&dot_rows<int(I) + 1, 1>...};
+}
+template <size_t... I>
+constexpr auto make_dot(std::index_sequence<I...>, std::integral_constant<int, 2>) {
+  return std::array<DotFn, sizeof...(I)>{&dot_rows<int(I) + 1, 2>...};
+}
+constexpr auto kDot1 = make_dot(std::make_index_sequence<SKINNY_N>{}, std::integral_constant<int, 1>{});
+constexpr auto kDot2 = make_dot(std::make_index_sequence<8>{}, std::integral_constant<int, 2>{});
+
+void skinny_dot(const Problem& P, int nt) {
+  const int64_t kp = (P.k + 15) / 16 * 16;
+  float* bt = t_bshared.get(static_cast<size_t>(P.n * kp));
+  for (int64_t j = 0; j < P.n; ++j) {
+    float* d = bt + j * kp;
+    if (P.b_rs == 1) std::memcpy(d, P.B + j * P.b_cs, sizeof(float) * P.k);
+    else
+      for (int64_t p = 0; p < P.k; ++p) d[p] = P.B[p * P.b_rs + j * P.b_cs];
+    std::memset(d + P.k, 0, sizeof(float) * (kp - P.k));
+  }
+  const int R = P.n <= 8 ? 2 : 1;
+  const int64_t blocks = P.m / R;
+  const DotFn full = R == 2 ? kDot2[P.n - 1] : kDot1[P.n - 1];
+#pragma omp parallel for num_threads(nt) if (nt > 1) schedule(static)
+  for (int64_t b = 0; b < blocks; ++b) full(P, b * R, bt, kp);
+  for (int64_t i = blocks * R; i < P.m; ++i) kDot1[P.n - 1](P, i, bt, kp);
+}
+
+/// Small m (<= 8) with row-major B: C(r, j) = sum_p A(r, p) B(p, j) with C(r, j) at
+/// C[r*c_rs + j*c_cs] (so the transposed problem C^T = B^T A^T of an n <= 16 product with
+/// column-major A also lands here). 8 x 48 register tiles stream B row by row with software
+/// prefetch (the rows are far apart); one FMA chain per element over the whole k.
+struct SmallM {
+  int64_t m, n, k;
+  const float* A;
+  int64_t a_rs, a_cs;
+  const float* B;
+  int64_t ldb;
+  float* C;
+  int64_t c_rs, c_cs;
+  bool add;
+};
+constexpr int SM_R = 8, SM_W = 48;
+
+void small_m_tile(const SmallM& S, const float* ap, int64_t j0) {
+  const int64_t cols = std::min<int64_t>(SM_W, S.n - j0);
+  const __mmask16 mk[3] = {mask_of(cols), mask_of(std::max<int64_t>(0, cols - 16)),
+                           mask_of(std::max<int64_t>(0, cols - 32))};
+  __m512 acc[SM_R][3];
+  for (int r = 0; r < SM_R; ++r) acc[r][0] = acc[r][1] = acc[r][2] = _mm512_setzero_ps();
+  const float* b = S.B + j0;
+  constexpr int64_t PD = 12;  // rows ahead to prefetch
+  for (int64_t p = 0; p < S.k; ++p, b += S.ldb) {
+    if (p + PD < S.k) {
+      const char* f = reinterpret_cast<const char*>(b + PD * S.ldb);
+      _mm_prefetch(f, _MM_HINT_T0);
+      _mm_prefetch(f + 64, _MM_HINT_T0);
+      _mm_prefetch(f + 128, _MM_HINT_T0);
+      _mm_prefetch(f + 188, _MM_HINT_T0);
+    }
+    const __m512 b0 = _mm512_maskz_loadu_ps(mk[0], b), b1 = _mm512_maskz_loadu_ps(mk[1], b + 16),
+                 b2 = _mm512_maskz_loadu_ps(mk[2], b + 32);
+    const float* a = ap + p * SM_R;
+#pragma GCC unroll 8
+    for (int r = 0; r < SM_R; ++r) {
+      const __m512 ar = _mm512_set1_ps(a[r]);
+      acc[r][0] = _mm512_fmadd_ps(ar, b0, acc[r][0]);
+      acc[r][1] = _mm512_fmadd_ps(ar, b1, acc[r][1]);
+      acc[r][2] = _mm512_fmadd_ps(ar, b2, acc[r][2]);
+    }
+  }
+  if (S.c_cs == 1) {
+    for (int r = 0; r < S.m; ++r)
+      for (int q = 0; q < 3; ++q) put(S.C + r * S.c_rs + j0 + 16 * q, acc[r][q], mk[q], S.add);
+  } else {
+    alignas(64) float t[SM_R][SM_W];
+    for (int r = 0; r < SM_R; ++r)
+      for (int q = 0; q < 3; ++q) _mm512_store_ps(&t[r][16 * q], acc[r][q]);
+    for (int64_t j = 0; j < cols; ++j) {
+      float* c = S.C + (j0 + j) * S.c_cs;
+      for (int64_t r = 0; r < S.m; ++r) c[r * S.c_rs] = S.add ? c[r * S.c_rs] + t[r][j] : t[r][j];
+    }
+  }
+}
+
+void small_m(const SmallM& S, int nt) {
+  float* ap = t_apack.get(static_cast<size_t>(S.k * SM_R));
+  for (int64_t p = 0; p < S.k; ++p)
+    for (int64_t r = 0; r < SM_R; ++r) ap[p * SM_R + r] = r < S.m ? S.A[r * S.a_rs + p * S.a_cs] : 0.0f;
+  const int64_t tiles = (S.n + SM_W - 1) / SM_W;
+#pragma omp parallel for num_threads(nt) if (nt > 1) schedule(static)
+  for (int64_t t = 0; t < tiles; ++t) small_m_tile(S, ap, t * SM_W);
+}
+
 }  // namespace
 
 void sgemm(int64_t m, int64_t n, int64_t k, const float* A, int64_t a_rs, int64_t a_cs, const float* B,
@@ -311,8 +457,17 @@ void sgemm(int64_t m, int64_t n, int64_t k, const float* A, int64_t a_rs, int64_
   // depend on the choice.
   int nt = omp_in_parallel() ? 1 : omp_get_max_threads();
   if (m * n * k < (int64_t(1) << 18) && m * n < (int64_t(1) << 16)) nt = 1;
-  if (n <= SKINNY_N) skinny_n(P, nt);
-  else general(P, nt);
+  if (m <= SM_R && b_cs == 1 && n > SKINNY_N) {
+    small_m({m, n, k, A, a_rs, a_cs, B, b_rs, C, ldc, 1, accumulate}, nt);
+  } else if (n <= SM_R && a_rs == 1 && a_cs != 1 && m > SM_R) {  // C^T = B^T A^T
+    small_m({n, m, k, B, b_cs, b_rs, A, a_cs, C, 1, ldc, accumulate}, nt);
+  } else if (n <= SKINNY_N && a_cs == 1) {
+    skinny_dot(P, nt);
+  } else if (n <= SKINNY_N) {
+    skinny_n(P, nt);
+  } else {
+    general(P, nt);
+  }
 }
 
 #else  // no AVX-512 in this build
