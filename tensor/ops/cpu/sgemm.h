@@ -10,12 +10,17 @@
 // from A and two loads from B per k) does the FMAs. Loop nest per thread: 256-column B
 // sub-block (kc x 256, L2 resident) > 14-row A panel (kc x 14 <= 35 KB, L1 resident) >
 // 32-column B panel. Edge rows use a kernel instantiated for that row count, edge columns masked
-// loads/stores of C. Skinny products are memory bound and take their own paths: n <= 16 (one
-// masked zmm of C per row, B packed once) without K blocking.
+// loads/stores of C; a C of 16 MB or more written in one K block (lm_head) goes out with
+// non-temporal stores. Packing transposes 16x16 blocks in registers where the source layout
+// needs it. Skinny products (LoRA rank 8) are memory bound and skip the packing of the big
+// operand: n <= 16 with row-major A: dot products along k against B^T; m <= 8 with row-major B,
+// or n <= 8 with column-major A (solved as C^T = B^T A^T): 8x48 tiles streaming B row by row
+// with software prefetch; other n <= 16: one masked zmm of C per row.
 //
-// Determinism: each C element is computed by one thread as an FMA chain over k in a fixed order
-// (per K block, blocks added to C in order), and the blocking depends only on the shape, so
-// results are bitwise identical for any thread count.
+// Determinism: each C element is computed by one thread in a fixed order (an FMA chain over k
+// per K block, blocks added to C in order; in the dot path one chain per lane, then a fixed
+// horizontal sum), and the path and blocking depend only on the shape and layout, so results
+// are bitwise identical for any thread count.
 #include <cstdint>
 
 namespace dtr::cpu {
