@@ -59,20 +59,31 @@ void AdamW::step() {
         const C cdecay = static_cast<C>(decay), cw = static_cast<C>(w), cb2 = static_cast<C>(b2),
                 c1b2 = static_cast<C>(one_minus_b2), cbc2 = static_cast<C>(bc2_sqrt), ceps = static_cast<C>(eps),
                 cstep = static_cast<C>(-step_size);
-        const bool low_w = std::abs(w) < 0.5;
-#pragma omp parallel for schedule(static) if (n >= 32768)
-        for (int64_t i = 0; i < n; ++i) {
-          const C gi = detail::load<C>(gp[i]);
-          C pi = detail::load<C>(pp[i]) * cdecay;
-          // torch.lerp's two-sided formula (exact at both ends).
-          const C mi = low_w ? m[i] + cw * (gi - m[i]) : gi - (gi - m[i]) * (C(1) - cw);
-          const C vi = v[i] * cb2 + c1b2 * gi * gi;
-          const C denom = std::sqrt(vi) / cbc2 + ceps;
-          pi = pi + cstep * (mi / denom);
-          m[i] = mi;
-          v[i] = vi;
-          pp[i] = detail::store<P>(pi);
-        }
+        // torch.lerp's two-sided formula (exact at both ends): m + w (g - m) for w < 0.5, else
+        // g - (g - m)(1 - w). One loop per branch so that the loop vectorises.
+        auto update = [&](auto lerp) {
+          // Local restrict copies of pointers and scalars: through the lambda's captured
+          // references the vectoriser cannot prove them loop-invariant and distinct.
+          C* __restrict mp = m;
+          C* __restrict vp = v;
+          P* __restrict pw = pp;
+          const auto* __restrict gr = gp;
+          const C kd = cdecay, kb2 = cb2, k1b2 = c1b2, kbc2 = cbc2, keps = ceps, kstep = cstep;
+#pragma omp parallel for simd schedule(static) if (n >= 32768)
+          for (int64_t i = 0; i < n; ++i) {
+            const C gi = detail::load<C>(gr[i]);
+            C pi = detail::load<C>(pw[i]) * kd;
+            const C mi = lerp(mp[i], gi);
+            const C vi = vp[i] * kb2 + k1b2 * gi * gi;
+            const C denom = std::sqrt(vi) / kbc2 + keps;
+            pi = pi + kstep * (mi / denom);
+            mp[i] = mi;
+            vp[i] = vi;
+            pw[i] = detail::store<P>(pi);
+          }
+        };
+        if (std::abs(w) < 0.5) update([cw](C mo, C g) { return mo + cw * (g - mo); });
+        else update([cw](C mo, C g) { return g - (g - mo) * (C(1) - cw); });
       });
       u.param.bump_version();
     }
