@@ -135,10 +135,12 @@ TEST_CASE("sgemm results do not depend on the thread count", "[sgemm]") {
     int64_t m, n, k;
     Layout la, lb;
   };
-  // Column split, row split (few column panels), several K blocks, skinny n, skinny k.
+  // Row split, column split (few row panels or a wide B; several K blocks through both A
+  // buffers), skinny n, skinny k, small m.
   const Case cases[] = {{300, 577, 100, Layout::Row, Layout::Col},  {1000, 33, 200, Layout::Col, Layout::Row},
                         {77, 300, 1500, Layout::Row, Layout::Row},  {1000, 8, 600, Layout::Row, Layout::Col},
-                        {1000, 700, 8, Layout::Row, Layout::Col},   {8, 1000, 900, Layout::Col, Layout::Row}};
+                        {1000, 700, 8, Layout::Row, Layout::Col},   {8, 1000, 900, Layout::Col, Layout::Row},
+                        {100, 1000, 700, Layout::Col, Layout::Col}};
   const int saved = omp_get_max_threads();
   for (const Case& c : cases) {
     INFO("m=" << c.m << " n=" << c.n << " k=" << c.k);

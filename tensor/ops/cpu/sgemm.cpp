@@ -48,7 +48,7 @@ struct Scratch {
   }
   ~Scratch() { std::free(p); }
 };
-thread_local Scratch t_apack, t_bshared, t_bprivate;
+thread_local Scratch t_apack, t_bshared, t_bprivate;  // t_bprivate: per worker
 
 /// [begin, end) of part t of `total` items split into T contiguous, balanced parts.
 std::pair<int64_t, int64_t> part(int64_t total, int T, int t) { return {total * t / T, total * (t + 1) / T}; }
@@ -218,54 +218,45 @@ void compute(const Problem& P, int64_t kc, Put add, const float* ap, int64_t i0,
 void general(const Problem& P, int nt) {
   const int64_t mp = (P.m + MR - 1) / MR, np = (P.n + NR - 1) / NR;
   const int64_t nkb = (P.k + KC_MAX - 1) / KC_MAX, kcb = (P.k + nkb - 1) / nkb;
-  // Column split (each thread packs and uses its own B panels, no barrier per B block) unless
-  // there are too few column panels to share.
-  const bool col_split = nt == 1 || np >= 3 * nt || np >= mp;
+  // Row split (each thread packs its own A rows and all of B: no barrier at all; the duplicated
+  // B packing costs nt/(2m) of the FLOPs) when there are enough row panels, except for very wide
+  // B (lm_head forward: measured faster split by columns). Column split: A packed by all threads
+  // into one of two buffers, alternating per K block, one barrier per K block; each thread packs
+  // and uses its own B panels.
+  const bool row_split = nt == 1 || (mp >= 4 * nt && P.n <= 8 * P.m);
   // Non-temporal stores when C is written once (one K block) and is larger than STREAM_BYTES.
   const bool stream = !P.accumulate && nkb == 1 && P.m * P.ldc * int64_t(sizeof(float)) >= STREAM_BYTES;
-  float* ap = t_apack.get(static_cast<size_t>(mp * MR * kcb));
-  float* bshared = col_split ? nullptr : t_bshared.get(static_cast<size_t>(kcb * std::min(np, NC_PANELS) * NR));
+  const size_t a_size = static_cast<size_t>(mp * MR * kcb);
+  float* ap_buf = t_apack.get(row_split || nkb == 1 ? a_size : 2 * a_size);
 #pragma omp parallel num_threads(nt) if (nt > 1)
   {
     const int T = omp_get_num_threads(), t = omp_get_thread_num();
-    for (int64_t pc = 0; pc < P.k; pc += kcb) {
+    const auto [i0, i1] = row_split ? part(mp, T, t) : std::pair<int64_t, int64_t>{0, mp};
+    const auto [j0, j1] = row_split ? std::pair<int64_t, int64_t>{0, np} : part(np, T, t);
+    float* bp = t_bprivate.get(static_cast<size_t>(kcb * std::min(NC_PANELS, std::max<int64_t>(1, j1 - j0)) * NR));
+    for (int64_t pc = 0, blk = 0; pc < P.k; pc += kcb, ++blk) {
       const int64_t kc = std::min(kcb, P.k - pc);
       const Put add = P.accumulate || pc > 0 ? Put::Add : stream ? Put::Stream : Put::Store;
-      {
-        const auto [p0, p1] = part(mp, T, t);
-        for (int64_t ip = p0; ip < p1; ++ip)
-          pack_a(P.A + ip * MR * P.a_rs + pc * P.a_cs, P.a_rs, P.a_cs, std::min<int64_t>(MR, P.m - ip * MR), kc,
-                 ap + ip * MR * kc);
+      float* ap = ap_buf + (row_split ? 0 : (blk % 2) * a_size);
+      const auto [p0, p1] = row_split ? std::pair<int64_t, int64_t>{i0, i1} : part(mp, T, t);
+      for (int64_t ip = p0; ip < p1; ++ip)
+        pack_a(P.A + ip * MR * P.a_rs + pc * P.a_cs, P.a_rs, P.a_cs, std::min<int64_t>(MR, P.m - ip * MR), kc,
+               ap + ip * MR * kc);
+      // Column split: every thread reads all of A. Two buffers make one barrier per block enough:
+      // a thread packs block b + 2 only after all threads passed this barrier of block b + 1,
+      // i.e. finished computing block b.
+      if (!row_split) {
+#pragma omp barrier
       }
-#pragma omp barrier
-      if (col_split) {
-        const auto [j0, j1] = part(np, T, t);
-        float* bp = t_bprivate.get(static_cast<size_t>(kc * std::min(NC_PANELS, j1 - j0) * NR));
-        for (int64_t jc = j0; jc < j1; jc += NC_PANELS) {
-          const int64_t jn = std::min(NC_PANELS, j1 - jc);
-          for (int64_t q = 0; q < jn; ++q) {
-            const int64_t col0 = (jc + q) * NR;
-            pack_b(P.B + col0 * P.b_cs + pc * P.b_rs, P.b_rs, P.b_cs, std::min<int64_t>(NR, P.n - col0), kc,
-                   bp + q * NR * kc);
-          }
-          compute(P, kc, add, ap, 0, mp, bp, jc, jn);
+      for (int64_t jc = j0; jc < j1; jc += NC_PANELS) {
+        const int64_t jn = std::min(NC_PANELS, j1 - jc);
+        for (int64_t q = 0; q < jn; ++q) {
+          const int64_t col0 = (jc + q) * NR;
+          pack_b(P.B + col0 * P.b_cs + pc * P.b_rs, P.b_rs, P.b_cs, std::min<int64_t>(NR, P.n - col0), kc,
+                 bp + q * NR * kc);
         }
-      } else {
-        const auto [i0, i1] = part(mp, T, t);
-        for (int64_t jc = 0; jc < np; jc += NC_PANELS) {
-          const int64_t jn = std::min(NC_PANELS, np - jc);
-          const auto [q0, q1] = part(jn, T, t);
-          for (int64_t q = q0; q < q1; ++q) {
-            const int64_t col0 = (jc + q) * NR;
-            pack_b(P.B + col0 * P.b_cs + pc * P.b_rs, P.b_rs, P.b_cs, std::min<int64_t>(NR, P.n - col0), kc,
-                   bshared + q * NR * kc);
-          }
-#pragma omp barrier
-          compute(P, kc, add, ap, i0, i1, bshared, jc, jn);
-#pragma omp barrier
-        }
+        compute(P, kc, add, ap, i0, i1, bp, jc, jn);
       }
-#pragma omp barrier
     }
     if (stream) _mm_sfence();  // order this thread's non-temporal stores before the join
   }
