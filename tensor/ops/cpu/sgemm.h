@@ -9,7 +9,9 @@
 // at most 2048 columns at a time; a 14x32 register tile (28 zmm accumulators, one broadcast
 // from A and two loads from B per k) does the FMAs. Loop nest per thread: 256-column B
 // sub-block (kc x 256, L2 resident) > 14-row A panel (kc x 14 <= 35 KB, L1 resident) >
-// 32-column B panel. Edge rows use a kernel instantiated for that row count, edge columns masked
+// 32-column B panel. Threads split the row panels (each packs its own A rows and all of B, no
+// barrier) or, for a very wide B (lm_head forward) or few rows, the column panels (A packed by
+// all into one of two alternating buffers, one barrier per K block). Edge rows use a kernel instantiated for that row count, edge columns masked
 // loads/stores of C; a C of 16 MB or more written in one K block (lm_head) goes out with
 // non-temporal stores. Packing transposes 16x16 blocks in registers where the source layout
 // needs it. Skinny products (LoRA rank 8) are memory bound and skip the packing of the big
