@@ -14,6 +14,9 @@
 
 #ifdef __AVX512F__
 #include <immintrin.h>
+// GCC 12 warns about the _mm*_undefined_* placeholder inside AVX-512 intrinsics such as
+// _mm512_shuffle_f32x4 once inlined (GCC bug 105593, fixed in GCC 13): a false positive.
+#pragma GCC diagnostic ignored "-Wuninitialized"
 #endif
 
 namespace dtr::cpu {
@@ -300,6 +303,15 @@ void skinny_n(const Problem& P, int nt) {
   }
 }
 
+/// Sum of the 16 lanes in a fixed order (halves, quarters, pairs, neighbours).
+inline float hsum(__m512 v) {
+  v = _mm512_add_ps(v, _mm512_shuffle_f32x4(v, v, 0x4E));
+  v = _mm512_add_ps(v, _mm512_shuffle_f32x4(v, v, 0xB1));
+  v = _mm512_add_ps(v, _mm512_permute_ps(v, 0x4E));
+  v = _mm512_add_ps(v, _mm512_permute_ps(v, 0xB1));
+  return _mm512_cvtss_f32(v);
+}
+
 /// n <= 16 with row-major A: dot products along k, 16 lanes at a time. Bt[j*kp + p] = B(p, j)
 /// (kp = k rounded up to 16, zero padded); R rows of A share each load of Bt. Each C element is
 /// one FMA chain per lane over k, then a fixed-order horizontal sum.
@@ -330,7 +342,7 @@ void dot_rows(const Problem& P, int64_t i, const float* bt, int64_t kp) {
   for (int r = 0; r < R; ++r) {
     float* c = P.C + (i + r) * P.ldc;
     for (int j = 0; j < N; ++j) {
-      const float v = _mm512_reduce_add_ps(acc[r][j]);
+      const float v = hsum(acc[r][j]);
       c[j] = P.accumulate ? c[j] + v : v;
     }
   }
