@@ -11,10 +11,10 @@
 // sub-block (kc x 256, L2 resident) > 14-row A panel (kc x 14 <= 35 KB, L1 resident) >
 // 32-column B panel. Threads split the row panels (each packs its own A rows and all of B, no
 // barrier) or, for a very wide B (lm_head forward) or few rows, the column panels (A packed by
-// all into one of two alternating buffers, one barrier per K block). Edge rows use a kernel instantiated for that row count, edge columns masked
-// loads/stores of C; a C of 16 MB or more written in one K block (lm_head) goes out with
-// non-temporal stores. Packing transposes 16x16 blocks in registers where the source layout
-// needs it. Skinny products (LoRA rank 8) are memory bound and skip the packing of the big
+// all into one of two alternating buffers, one barrier per K block). Edge rows use a kernel
+// instantiated for that row count, edge columns masked loads/stores of C; a C of 16 MB or more
+// written in one K block (lm_head) goes out with non-temporal stores. Packing transposes 16x16
+// blocks in registers where the source layout needs it. Skinny products (LoRA rank 8) are memory bound and skip the packing of the big
 // operand: n <= 16 with row-major A: dot products along k against B^T; m <= 8 with row-major B,
 // or n <= 8 with column-major A (solved as C^T = B^T A^T): 8x48 tiles streaming B row by row
 // with software prefetch; other n <= 16: one masked zmm of C per row.
