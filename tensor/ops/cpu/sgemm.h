@@ -14,10 +14,11 @@
 // all into one of two alternating buffers, one barrier per K block). Edge rows use a kernel
 // instantiated for that row count, edge columns masked loads/stores of C; a C of 16 MB or more
 // written in one K block (lm_head) goes out with non-temporal stores. Packing transposes 16x16
-// blocks in registers where the source layout needs it. Skinny products (LoRA rank 8) are memory bound and skip the packing of the big
-// operand: n <= 16 with row-major A: dot products along k against B^T; m <= 8 with row-major B,
-// or n <= 8 with column-major A (solved as C^T = B^T A^T): 8x48 tiles streaming B row by row
-// with software prefetch; other n <= 16: one masked zmm of C per row.
+// blocks in registers where the source layout needs it. Skinny products (LoRA rank 8) are
+// memory bound and skip the packing of the big operand: n <= 16 with row-major A: dot products
+// along k against B^T; m <= 8 with row-major B, or n <= 8 with column-major A (solved as
+// C^T = B^T A^T): 8x48 tiles streaming B row by row with software prefetch; other n <= 16: one
+// masked zmm of C per row.
 //
 // Determinism: each C element is computed by one thread in a fixed order (an FMA chain over k
 // per K block, blocks added to C in order; in the dot path one chain per lane, then a fixed
