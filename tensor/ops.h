@@ -133,6 +133,12 @@ Tensor rms_norm(const Tensor& x, const Tensor& weight, double eps);
 /// Rotary embedding, HF rotate-half layout: x [B, H, T, D], cos/sin [T, D] (or broadcastable).
 /// out = x * cos + rotate_half(x) * sin. Source: Su et al. 2021 (RoFormer); HF apply_rotary_pos_emb.
 Tensor rotary_embedding(const Tensor& x, const Tensor& cos, const Tensor& sin);
+/// silu(gate) * up, fused (Llama's MLP gating): gate, up same shape, same floating dtype (no
+/// broadcasting). Backward is one fused op: dup = g * silu(gate),
+/// dgate = g * up * s * (1 + gate * (1 - s)), s = sigmoid(gate).
+/// Errors: shape or dtype mismatch, non-floating dtype.
+/// Source: Shazeer 2020 "GLU Variants Improve Transformer"; PyTorch F.silu.
+Tensor swiglu(const Tensor& gate, const Tensor& up);
 /// cos/sin tables [T, D] for positions [pos0, pos0+T), head dim D, base theta (HF LlamaRotaryEmbedding).
 std::pair<Tensor, Tensor> rope_tables(int64_t T, int64_t D, double theta, int64_t pos0 = 0, DType dt = DType::f32);
 /// Attention. q [B, Hq, T, D], k/v [B, Hkv, S, D] with Hq % Hkv == 0 (GQA); causal mask aligned

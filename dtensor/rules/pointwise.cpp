@@ -1,5 +1,5 @@
 // Sharding rules of pointwise ops (unary, binary with broadcasting, scalar ops, where,
-// comparisons) and of copies / casts / in-place updates.
+// comparisons, the fused swiglu and its backward) and of copies / casts / in-place updates.
 // The output follows one input's sharding (each input is tried; the cheapest wins); other
 // inputs are mapped through broadcasting. Partial survives only ops linear in it: to_dtype,
 // clone, neg, mul/div by a scalar, add/sub of operands that are all Partial, mul by a
@@ -93,6 +93,8 @@ ShardingDecision rule_additive(const OpSchema& s) { return pointwise_rule(s, Lin
 ShardingDecision rule_mul(const OpSchema& s) { return pointwise_rule(s, Linearity::Multiplicative); }
 ShardingDecision rule_div(const OpSchema& s) { return pointwise_rule(s, Linearity::Divide); }
 ShardingDecision rule_max(const OpSchema& s) { return pointwise_rule(s, Linearity::Max); }
+/// swiglu_backward {g, gate, up} -> {dgate, dup}: nonlinear in gate, both outputs follow the inputs.
+ShardingDecision rule_none_2out(const OpSchema& s) { return pointwise_rule(s, Linearity::None, 2); }
 
 /// In-place ops: input 0 keeps its placements; the other operand is brought to them.
 ShardingDecision rule_inplace(const OpSchema& s) {
@@ -136,11 +138,12 @@ DTR_REGISTER_SHARDING_RULE("copy_", rule_inplace);
 DTR_REGISTER_SHARDING_RULE("fill_", rule_inplace);
 DTR_REGISTER_SHARDING_RULE("add_", rule_inplace);
 DTR_REGISTER_SHARDING_RULE("mul_", rule_inplace);
+DTR_REGISTER_SHARDING_RULE("swiglu_backward", rule_none_2out);
 
 [[maybe_unused]] const bool registered_nonlinear = [] {
   for (const char* n : {"add_scalar", "sub_scalar", "rsub_scalar", "pow_scalar", "exp", "log", "sqrt", "rsqrt", "abs",
                         "sigmoid", "tanh", "relu", "silu", "gelu_erf", "gelu_tanh", "sign", "eq", "gt_scalar",
-                        "lt_scalar", "where", "gelu_backward"})
+                        "lt_scalar", "where", "gelu_backward", "swiglu"})
     register_sharding_rule(n, rule_none);
   return true;
 }();

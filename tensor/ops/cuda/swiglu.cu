@@ -1,0 +1,82 @@
+// CUDA kernels of swiglu {gate, up} -> silu(gate) * up and swiglu_backward {g, gate, up} ->
+// {dgate, dup}, same formulas and operation order as ops/cpu/nn_swiglu_kernels.cpp. Inputs are
+// made contiguous; one thread per element (grid-stride). bf16 / f16 compute in f32 and round once.
+//   s = 1 / (1 + exp(-x));  out = x / (1 + exp(-x)) * u
+//   dup = g * (x * s);      dgate = g * u * (s * (x * (1 - s) + 1))
+#include "tensor/dispatch.h"
+#include "tensor/ops/cuda/launch_util.cuh"
+
+namespace dtr::cuda_ops {
+namespace {
+
+template <class T>
+__global__ void swiglu_kernel(int64_t n, const T* gate, const T* up, T* out) {
+  using A = acc_t<T>;
+  DTR_GRID_STRIDE_LOOP(i, n) {
+    const A x = load(gate[i]), u = load(up[i]);
+    out[i] = store<T>(x / (A(1) + exp(-x)) * u);
+  }
+}
+
+template <class T>
+__global__ void swiglu_backward_kernel(int64_t n, const T* g, const T* gate, const T* up, T* dgate, T* dup) {
+  using A = acc_t<T>;
+  DTR_GRID_STRIDE_LOOP(i, n) {
+    const A gv = load(g[i]), x = load(gate[i]), u = load(up[i]);
+    const A s = A(1) / (A(1) + exp(-x));
+    dup[i] = store<T>(gv * (x * s));
+    dgate[i] = store<T>(gv * u * (s * (x * (A(1) - s) + A(1))));
+  }
+}
+
+void check_inputs(const OpCall& c) {
+  const Tensor& a = c.inputs[0];
+  DTR_CHECK(is_floating(a.dtype()), c.name(), ": expected floating tensors, got ", a.dtype());
+  for (size_t i = 1; i < c.inputs.size(); ++i)
+    DTR_CHECK(c.inputs[i].sizes() == a.sizes() && c.inputs[i].dtype() == a.dtype(), c.name(), ": input ", i, " ",
+              c.inputs[i].sizes(), " ", c.inputs[i].dtype(), " differs from input 0 ", a.sizes(), " ", a.dtype());
+}
+
+std::vector<Tensor> k_swiglu(const OpCall& c) {
+  check_inputs(c);
+  const Tensor& g0 = c.inputs[0];
+  Tensor out = cuda_empty(g0.sizes(), g0.dtype(), g0);
+  const int64_t n = out.numel();
+  if (n == 0) return {out};
+  DeviceGuard guard(g0.device());
+  const Tensor gate = cuda_contiguous(g0), up = cuda_contiguous(c.inputs[1]);
+  cudaStream_t s = cuda::current_stream();
+  dispatch_floating(gate.dtype(), "swiglu", [&](auto tag) {
+    using T = decltype(tag);
+    swiglu_kernel<T><<<blocks_for(n), kThreads, 0, s>>>(n, static_cast<const T*>(gate.data_ptr()),
+                                                        static_cast<const T*>(up.data_ptr()),
+                                                        static_cast<T*>(out.data_ptr()));
+  });
+  DTR_CUDA_CHECK_LAUNCH();
+  return {out};
+}
+
+std::vector<Tensor> k_swiglu_backward(const OpCall& c) {
+  check_inputs(c);
+  const Tensor& g0 = c.inputs[0];
+  Tensor dgate = cuda_empty(g0.sizes(), g0.dtype(), g0), dup = cuda_empty(g0.sizes(), g0.dtype(), g0);
+  const int64_t n = g0.numel();
+  if (n == 0) return {dgate, dup};
+  DeviceGuard guard(g0.device());
+  const Tensor g = cuda_contiguous(g0), gate = cuda_contiguous(c.inputs[1]), up = cuda_contiguous(c.inputs[2]);
+  cudaStream_t s = cuda::current_stream();
+  dispatch_floating(gate.dtype(), "swiglu_backward", [&](auto tag) {
+    using T = decltype(tag);
+    swiglu_backward_kernel<T><<<blocks_for(n), kThreads, 0, s>>>(
+        n, static_cast<const T*>(g.data_ptr()), static_cast<const T*>(gate.data_ptr()),
+        static_cast<const T*>(up.data_ptr()), static_cast<T*>(dgate.data_ptr()), static_cast<T*>(dup.data_ptr()));
+  });
+  DTR_CUDA_CHECK_LAUNCH();
+  return {dgate, dup};
+}
+
+DTR_REGISTER_KERNEL("swiglu", DeviceType::CUDA, k_swiglu);
+DTR_REGISTER_KERNEL("swiglu_backward", DeviceType::CUDA, k_swiglu_backward);
+
+}  // namespace
+}  // namespace dtr::cuda_ops

@@ -1,0 +1,126 @@
+// swiglu(gate, up) = silu(gate) * up: forward against the silu/mul composition (f64, f32,
+// bf16, strided inputs), backward against finite differences and the composition's gradients,
+// large |gate| without NaN/Inf, errors on mismatched shapes / dtypes.
+#include <catch2/catch.hpp>
+#include <cmath>
+
+#include "gradcheck.h"
+#include "tensor/dispatch.h"
+#include "tensor/random.h"
+
+using namespace dtr;
+using dtr::testing::gradcheck;
+using dtr::testing::max_abs_diff;
+
+namespace {
+// f64: the fused kernel and the composition evaluate the same expression up to one rounding
+// of the product order, so they agree to a few ulps of values of size ~10.
+constexpr double kF64Tol = 1e-12;
+// f32: same expression, Eigen's vectorised exp (~1 ulp) in both; values ~10 -> ~1e-6 absolute.
+constexpr double kF32Tol = 1e-6;
+
+Tensor leaf(const Shape& s, double lo = -3, double hi = 3) {
+  return uniform(s, lo, hi, TensorOptions(DType::f64)).set_requires_grad(true);
+}
+Tensor composed(const Tensor& g, const Tensor& u) { return mul(silu(g), u); }
+bool all_finite(const Tensor& t) {
+  for (double v : to_dtype(t, DType::f64).to_vector<double>())
+    if (!std::isfinite(v)) return false;
+  return true;
+}
+}  // namespace
+
+TEST_CASE("swiglu forward equals silu(gate) * up", "[swiglu]") {
+  manual_seed(11);
+  // 70000 elements: above cpu::kParallelGrain (parallel blocks) and not a multiple of the block.
+  for (const Shape& s : {Shape{3, 5}, Shape{7, 10000}, Shape{0, 4}}) {
+    Tensor g = uniform(s, -6, 6, TensorOptions(DType::f64)), u = uniform(s, -2, 2, TensorOptions(DType::f64));
+    CHECK(max_abs_diff(swiglu(g, u), composed(g, u)) < kF64Tol);
+    Tensor gf = to_dtype(g, DType::f32), uf = to_dtype(u, DType::f32);
+    Tensor y = swiglu(gf, uf);
+    CHECK(y.dtype() == DType::f32);
+    CHECK(max_abs_diff(y, composed(gf, uf)) < kF32Tol);
+  }
+  // hand-checked: silu(0) = 0, silu(1) = 1 / (1 + e^-1)
+  auto v = swiglu(from_vector<double>({0, 1}, {2}), from_vector<double>({5, 2}, {2})).to_vector<double>();
+  CHECK(v[0] == 0.0);
+  CHECK(v[1] == Approx(2.0 / (1.0 + std::exp(-1.0))).epsilon(1e-15));
+  // bf16 in, bf16 out (upcast by the dispatcher), within bf16 rounding of the f64 value
+  Tensor g = uniform({4, 8}, -3, 3, TensorOptions(DType::f64)), u = uniform({4, 8}, -1, 1, TensorOptions(DType::f64));
+  Tensor yb = swiglu(to_dtype(g, DType::bf16), to_dtype(u, DType::bf16));
+  CHECK(yb.dtype() == DType::bf16);
+  CHECK(max_abs_diff(to_dtype(yb, DType::f64), composed(g, u)) < 0.05);
+}
+
+TEST_CASE("swiglu on strided inputs", "[swiglu]") {
+  manual_seed(12);
+  Tensor g = uniform({6, 4}, -3, 3, TensorOptions(DType::f32)), u = uniform({4, 6}, -3, 3, TensorOptions(DType::f32));
+  Tensor gt = g.transpose(0, 1);  // [4, 6], non-contiguous
+  CHECK_FALSE(gt.is_contiguous());
+  CHECK(max_abs_diff(swiglu(gt, u), composed(gt.contiguous(), u)) < kF32Tol);
+  auto d = dispatch(OpCall{op_def("swiglu_backward"), {u, gt, u}, {}});
+  auto e = dispatch(OpCall{op_def("swiglu_backward"), {u, gt.contiguous(), u}, {}});
+  CHECK(max_abs_diff(d[0], e[0]) == 0.0);
+  CHECK(max_abs_diff(d[1], e[1]) == 0.0);
+}
+
+TEST_CASE("swiglu backward matches finite differences", "[swiglu][grad]") {
+  manual_seed(13);
+  auto f = [](const std::vector<Tensor>& v) { return swiglu(v[0], v[1]); };
+  CHECK(gradcheck(f, {leaf({3, 7}), leaf({3, 7})}) == "");
+  CHECK(gradcheck(f, {leaf({2, 3, 4}, -8, 8), leaf({2, 3, 4})}) == "");
+  // only one input requires grad
+  Tensor up = uniform({5}, -1, 1, TensorOptions(DType::f64));
+  CHECK(gradcheck([up](const std::vector<Tensor>& v) { return swiglu(v[0], up); }, {leaf({5})}) == "");
+  Tensor gate = uniform({5}, -1, 1, TensorOptions(DType::f64));
+  CHECK(gradcheck([gate](const std::vector<Tensor>& v) { return swiglu(gate, v[0]); }, {leaf({5})}) == "");
+}
+
+TEST_CASE("swiglu gradients equal the composition's", "[swiglu][grad]") {
+  manual_seed(14);
+  for (DType dt : {DType::f64, DType::f32}) {
+    const double tol = dt == DType::f64 ? kF64Tol : 1e-5;  // f32: gradients ~20, a few ulps
+    const Shape s{9, 4000};
+    Tensor g0 = uniform(s, -6, 6, TensorOptions(dt)), u0 = uniform(s, -2, 2, TensorOptions(dt));
+    Tensor w = normal(s, 0.0, 1.0, TensorOptions(dt));
+    Tensor g1 = g0.clone().set_requires_grad(true), u1 = u0.clone().set_requires_grad(true);
+    Tensor g2 = g0.clone().set_requires_grad(true), u2 = u0.clone().set_requires_grad(true);
+    sum(mul(swiglu(g1, u1), w)).backward();
+    sum(mul(composed(g2, u2), w)).backward();
+    INFO(dt);
+    CHECK(max_abs_diff(g1.grad(), g2.grad()) < tol);
+    CHECK(max_abs_diff(u1.grad(), u2.grad()) < tol);
+  }
+}
+
+TEST_CASE("swiglu at large |gate| stays finite", "[swiglu]") {
+  // exp(-gate) overflows (f32 beyond 88.7) for gate = -90: s -> 0, silu -> 0, no NaN.
+  for (DType dt : {DType::f32, DType::f64}) {
+    Tensor g = to_dtype(from_vector<double>({-90, -30, 30, 90, -90, 90}, {6}), dt).set_requires_grad(true);
+    Tensor u = to_dtype(from_vector<double>({2, 2, 2, 2, -1, -1}, {6}), dt).set_requires_grad(true);
+    Tensor y = swiglu(g, u);
+    INFO(dt);
+    CHECK(all_finite(y));
+    auto v = to_dtype(y, DType::f64).to_vector<double>();
+    CHECK(std::abs(v[0]) < 1e-30);
+    CHECK(v[1] == Approx(-30.0 * 2.0 / (1.0 + std::exp(30.0))).epsilon(1e-5));
+    CHECK(v[2] == Approx(60.0).epsilon(1e-6));
+    CHECK(v[3] == Approx(180.0).epsilon(1e-6));
+    sum(y).backward();
+    CHECK(all_finite(g.grad()));
+    CHECK(all_finite(u.grad()));
+    auto dg = to_dtype(g.grad(), DType::f64).to_vector<double>();
+    CHECK(dg[3] == Approx(2.0).epsilon(1e-6));  // d/dx silu -> 1 for large x
+    CHECK(std::abs(dg[0]) < 1e-30);             // -> 0 for very negative x
+  }
+}
+
+TEST_CASE("swiglu rejects mismatched inputs", "[swiglu]") {
+  CHECK_THROWS_WITH(swiglu(zeros({2, 3}), zeros({3, 2})), Catch::Contains("swiglu") && Catch::Contains("[2, 3]") &&
+                                                              Catch::Contains("same shape"));
+  CHECK_THROWS_WITH(swiglu(zeros({2, 3}), zeros({1, 3})), Catch::Contains("same shape"));
+  CHECK_THROWS_WITH(swiglu(zeros({2}), zeros({2}, TensorOptions(DType::f64))),
+                    Catch::Contains("swiglu: dtype mismatch") && Catch::Contains("float64"));
+  CHECK_THROWS_WITH(swiglu(zeros({2}, TensorOptions(DType::i64)), zeros({2}, TensorOptions(DType::i64))),
+                    Catch::Contains("floating"));
+}
