@@ -8,6 +8,7 @@
 
 #include "bench/bench_util.h"
 #include "tensor/autograd/grad_mode.h"
+#include "tensor/dispatch.h"
 #include "tensor/ops.h"
 #include "tensor/random.h"
 
@@ -41,6 +42,12 @@ int bench_ops(int argc, char** argv) {
   Tensor logits = randn({512, V});
   Tensor tgt = full({512}, 3.0, TensorOptions(DType::i64));
   Tensor q = randn({1, 9, 256, 64}), k = randn({1, 3, 256, 64}), v = randn({1, 3, 256, 64});
+  // Llama MLP gating: [tokens, intermediate] = [2048, 1536] (SmolLM2-135M).
+  const int64_t I = 1536;
+  Tensor gt = randn({rows, I}), ut = randn({rows, I}), gg = randn({rows, I});
+  Tensor st = silu(gt);  // the unfused backward reuses the saved silu output, as autograd does
+  const OpDef* swiglu_bw = op_def("swiglu_backward");
+  const OpDef* silu_bw = op_def("silu_backward");
   auto memcpy_gbs = [&](size_t bytes) {
     std::vector<char> src(bytes, 1), dst(bytes);
     const double t = median_seconds([&] { std::memcpy(dst.data(), src.data(), bytes); });
@@ -52,9 +59,20 @@ int bench_ops(int argc, char** argv) {
     std::function<void()> fn;
   };
   const size_t xb = static_cast<size_t>(rows * H) * 4, lb = static_cast<size_t>(512 * V) * 4;
+  const size_t ib = static_cast<size_t>(rows * I) * 4;  // one [2048,1536] f32 array
   std::vector<Row> rows_{
       {"add [2048,576]", 3 * xb, [&] { Tensor c = add(xh, xh); }},
       {"silu [2048,576]", 2 * xb, [&] { Tensor c = silu(xh); }},
+      // Fused vs unfused SwiGLU, both rated on the fused op's bytes (forward: read gate, up,
+      // write out; backward: read g, gate, up, write dgate, dup), so GB/s compares times.
+      {"swiglu [2048,1536]", 3 * ib, [&] { Tensor c = swiglu(gt, ut); }},
+      {"silu+mul (unfused)", 3 * ib, [&] { Tensor c = mul(silu(gt), ut); }},
+      {"swiglu_backward", 5 * ib, [&] { auto d = dispatch(OpCall{swiglu_bw, {gg, gt, ut}, {}}); }},
+      {"mul,mul,silu_bw (unfused)", 5 * ib,
+       [&] {
+         Tensor du = mul(gg, st);
+         Tensor dg = dispatch1(OpCall{silu_bw, {mul(gg, ut), gt}, {}});
+       }},
       {"rms_norm [2048,576]", 2 * xb, [&] { Tensor c = rms_norm(xh, w, 1e-5); }},
       {"softmax [2048,576]", 2 * xb, [&] { Tensor c = softmax(xh, -1); }},
       {"cross_entropy [512,8192]", lb, [&] { Tensor c = cross_entropy(logits, tgt); }},
