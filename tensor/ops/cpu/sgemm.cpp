@@ -200,15 +200,17 @@ struct Problem {
 };
 
 /// Tiles of row panels [i0, i1) x column panels [jc, jc + jn) for one K block of depth kc,
-/// packed A in ap (panel ip at ap + ip*MR*kc), packed B in bp (panel jc + q at bp + q*NR*kc).
-void compute(const Problem& P, int64_t kc, Put add, const float* ap, int64_t i0, int64_t i1, const float* bp,
-             int64_t jc, int64_t jn) {
+/// packed A in ap (panel ip at ap + ip*MR*kcb: the stride is the fixed block depth kcb >= kc, so
+/// the panels of a short last block never overlap another thread's panels of the previous
+/// block), packed B in bp (panel jc + q at bp + q*NR*kc).
+void compute(const Problem& P, int64_t kc, int64_t kcb, Put add, const float* ap, int64_t i0, int64_t i1,
+             const float* bp, int64_t jc, int64_t jn) {
   for (int64_t js = 0; js < jn; js += NSUB_PANELS) {
     const int64_t je = std::min(jn, js + NSUB_PANELS);
     for (int64_t ip = i0; ip < i1; ++ip) {
       const int64_t rows = std::min<int64_t>(MR, P.m - ip * MR);
       const KernelFn kern = kKernels[rows - 1];
-      const float* a = ap + ip * MR * kc;
+      const float* a = ap + ip * MR * kcb;
       float* crow = P.C + ip * MR * P.ldc;
       for (int64_t q = js; q < je; ++q) {
         const int64_t col0 = (jc + q) * NR, cols = std::min<int64_t>(NR, P.n - col0);
@@ -244,7 +246,7 @@ void general(const Problem& P, int nt) {
       const auto [p0, p1] = row_split ? std::pair<int64_t, int64_t>{i0, i1} : part(mp, T, t);
       for (int64_t ip = p0; ip < p1; ++ip)
         pack_a(P.A + ip * MR * P.a_rs + pc * P.a_cs, P.a_rs, P.a_cs, std::min<int64_t>(MR, P.m - ip * MR), kc,
-               ap + ip * MR * kc);
+               ap + ip * MR * kcb);
       // Column split: every thread reads all of A. Two buffers make one barrier per block enough:
       // a thread packs block b + 2 only after all threads passed this barrier of block b + 1,
       // i.e. finished computing block b.
@@ -258,7 +260,7 @@ void general(const Problem& P, int nt) {
           pack_b(P.B + col0 * P.b_cs + pc * P.b_rs, P.b_rs, P.b_cs, std::min<int64_t>(NR, P.n - col0), kc,
                  bp + q * NR * kc);
         }
-        compute(P, kc, add, ap, i0, i1, bp, jc, jn);
+        compute(P, kc, kcb, add, ap, i0, i1, bp, jc, jn);
       }
     }
     if (stream) _mm_sfence();  // order this thread's non-temporal stores before the join
