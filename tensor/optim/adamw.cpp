@@ -6,6 +6,7 @@
 #include "tensor/autograd/grad_mode.h"
 #include "tensor/dispatch.h"
 #include "tensor/ops.h"
+#include "tensor/ops/cpu/adamw_kernel.h"
 #include "tensor/optim/fused_update.h"
 
 namespace dtr::optim {
@@ -53,37 +54,12 @@ void AdamW::step() {
       }
       detail::dispatch_update(u, "AdamW", [&](auto* pp, const auto* gp, auto math) {
         using C = decltype(math);
-        using P = std::remove_pointer_t<decltype(pp)>;
         C* m = static_cast<C*>(m_t.data_ptr());
         C* v = static_cast<C*>(v_t.data_ptr());
-        const C cdecay = static_cast<C>(decay), cw = static_cast<C>(w), cb2 = static_cast<C>(b2),
-                c1b2 = static_cast<C>(one_minus_b2), cbc2 = static_cast<C>(bc2_sqrt), ceps = static_cast<C>(eps),
-                cstep = static_cast<C>(-step_size);
-        // torch.lerp's two-sided formula (exact at both ends): m + w (g - m) for w < 0.5, else
-        // g - (g - m)(1 - w). One loop per branch so that the loop vectorises.
-        auto update = [&](auto lerp) {
-          // Local restrict copies of pointers and scalars: through the lambda's captured
-          // references the vectoriser cannot prove them loop-invariant and distinct.
-          C* __restrict mp = m;
-          C* __restrict vp = v;
-          P* __restrict pw = pp;
-          const auto* __restrict gr = gp;
-          const C kd = cdecay, kb2 = cb2, k1b2 = c1b2, kbc2 = cbc2, keps = ceps, kstep = cstep;
-#pragma omp parallel for simd schedule(static) if (n >= 32768)
-          for (int64_t i = 0; i < n; ++i) {
-            const C gi = detail::load<C>(gr[i]);
-            C pi = detail::load<C>(pw[i]) * kd;
-            const C mi = lerp(mp[i], gi);
-            const C vi = vp[i] * kb2 + k1b2 * gi * gi;
-            const C denom = std::sqrt(vi) / kbc2 + keps;
-            pi = pi + kstep * (mi / denom);
-            mp[i] = mi;
-            vp[i] = vi;
-            pw[i] = detail::store<P>(pi);
-          }
-        };
-        if (std::abs(w) < 0.5) update([cw](C mo, C g) { return mo + cw * (g - mo); });
-        else update([cw](C mo, C g) { return g - (g - mo) * (C(1) - cw); });
+        const cpu::AdamWScalars<C> sc{static_cast<C>(decay),    static_cast<C>(w),   static_cast<C>(b2),
+                                      static_cast<C>(one_minus_b2), static_cast<C>(bc2_sqrt), static_cast<C>(eps),
+                                      static_cast<C>(-step_size)};
+        cpu::adamw_update(pp, gp, m, v, n, sc);
       });
       u.param.bump_version();
     }
