@@ -2,7 +2,9 @@
 
 #include <sys/mman.h>
 
+#include <cerrno>
 #include <cstdlib>
+#include <cstring>
 #include <map>
 #include <mutex>
 #include <string>
@@ -27,13 +29,24 @@ void* map_large(size_t bytes) {
   return p == MAP_FAILED ? nullptr : p;
 }
 
+/// DTR_CPU_CACHE_MB (MiB, 0 .. 2^30), or the default. Throws dtr::Error naming the variable.
 int64_t limit_from_env() {
   const char* e = std::getenv("DTR_CPU_CACHE_MB");
   if (!e || !*e) return kDefaultCacheLimit;
   char* end = nullptr;
+  errno = 0;
   const long long mb = std::strtoll(e, &end, 10);
-  DTR_CHECK(end && *end == '\0' && mb >= 0, "DTR_CPU_CACHE_MB must be a non-negative integer (MiB), got '", e, "'");
+  DTR_CHECK(end && *end == '\0' && errno == 0 && mb >= 0 && mb <= (1LL << 30),
+            "DTR_CPU_CACHE_MB must be an integer number of MiB in [0, 2^30], got '", e, "'");
   return static_cast<int64_t>(mb) << 20;
+}
+
+/// DTR_CPU_ALLOC_POISON=1: every allocation is filled with 0xFF bytes (NaN for floating types,
+/// -1 for integers), so a kernel that reads an output it did not write shows up in the tests
+/// (reused cache blocks hold the previous tensor's bytes; fresh mmap'd ones are zero).
+bool poison_from_env() {
+  const char* e = std::getenv("DTR_CPU_ALLOC_POISON");
+  return e != nullptr && e[0] == '1';
 }
 
 class CpuAllocator final : public Allocator {
@@ -43,11 +56,17 @@ class CpuAllocator final : public Allocator {
     void* p = nullptr;
     if (nbytes < kCpuCacheMinBytes) {
       p = std::aligned_alloc(64, round_up(nbytes, 64));
+      if (!p) {  // give the cached blocks back to the OS and try once more
+        empty_cache();
+        p = std::aligned_alloc(64, round_up(nbytes, 64));
+      }
     } else {
       p = take_or_map(round_up(nbytes, kLargeGranule));
     }
     DTR_CHECK(p != nullptr, "cpu allocator: out of memory allocating ", nbytes, " bytes (cached ",
               cpu_cache_stats().cached_bytes, " bytes; DTR_CPU_CACHE_MB bounds the cache)");
+    static const bool poison = poison_from_env();
+    if (poison) std::memset(p, 0xFF, nbytes);
     note_alloc(nbytes);
     return p;
   }
@@ -90,8 +109,8 @@ class CpuAllocator final : public Allocator {
  private:
   void read_limit() {
     if (!limit_read_) {
+      limit_ = limit_from_env();  // throws on a bad value, every time until it is fixed
       limit_read_ = true;
-      limit_ = limit_from_env();
     }
   }
 
@@ -126,7 +145,12 @@ class CpuAllocator final : public Allocator {
       return;
     }
     release_until(limit_ - b);
-    cache_[bytes].push_back(p);
+    try {
+      cache_[bytes].push_back(p);
+    } catch (...) {  // no memory for the bookkeeping: called from destructors, so never throw
+      munmap(p, bytes);
+      return;
+    }
     cached_ += b;
   }
 

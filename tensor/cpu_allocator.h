@@ -17,9 +17,12 @@
 //     rounded size reuses it (no page faults, no zero-fill);
 //   * the cache holds at most cpu_cache_limit() bytes (default 2 GiB, env DTR_CPU_CACHE_MB,
 //     0 disables caching): a free that would exceed it first unmaps cached blocks, largest
-//     first, and unmaps the freed block itself when it alone does not fit.
+//     first (simple; a step whose working set exceeds the cap loses its largest reuse first),
+//     and unmaps the freed block itself when it alone does not fit.
 // memory_stats() keeps counting live (requested) bytes only; cached bytes are reported by
-// cpu_cache_stats().
+// cpu_cache_stats() and are part of the process's resident memory.
+// DTR_CPU_ALLOC_POISON=1 fills every allocation with 0xFF bytes (debugging: a reused block holds
+// the previous tensor's bytes, so a kernel must write every element of its output).
 #include <cstddef>
 #include <cstdint>
 
@@ -48,8 +51,9 @@ CpuCacheStats cpu_cache_stats();
 void cpu_empty_cache();
 
 /// Sets the most bytes the cache may hold (0: no caching; cached blocks above the new limit
-/// are released now). Default: 2 GiB, or DTR_CPU_CACHE_MB mebibytes from the environment
-/// (read once, at the first large allocation).
+/// are released now); the environment is not read after this. Default: 2 GiB, or
+/// DTR_CPU_CACHE_MB mebibytes (an integer in [0, 2^30]) read at the first large allocation or
+/// cpu_cache_limit() call; a malformed value throws dtr::Error naming the variable.
 void set_cpu_cache_limit(int64_t bytes);
 int64_t cpu_cache_limit();
 
