@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <array>
 #include <cstdint>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <utility>
@@ -35,20 +36,38 @@ constexpr int64_t NSUB_PANELS = 8; // B sub-block reused from L2 over all A pane
 constexpr int SKINNY_N = 16;       // n <= 16: one masked zmm of C per row
 constexpr int64_t STREAM_BYTES = int64_t(1) << 24;  // C of 16 MB and more: non-temporal stores
 
-/// Grow-only 64-byte aligned scratch (one per thread and role; reused across calls).
+/// Grow-only 64-byte aligned scratch (one per thread and role; reused across calls). Not counted
+/// by memory_stats(): the packed A of one K block (m x kc floats, kc <= 640; twice that in the
+/// column split; 126 MB for a full fine-tune's lm_head weight gradient, m = 49152) on the
+/// calling thread, plus kc x 2048 floats of packed B per worker. get() throws dtr::Error when out of memory;
+/// get_in_parallel() is for OpenMP workers, where an exception cannot leave the region: it
+/// prints the same message and aborts.
 struct Scratch {
   float* p = nullptr;
   size_t cap = 0;
-  float* get(size_t n) {
+  float* try_get(size_t n) {
     if (n > cap) {
       std::free(p);
-      const size_t bytes = (n * sizeof(float) + 63) / 64 * 64;
-      p = static_cast<float*>(std::aligned_alloc(64, bytes));
-      DTR_CHECK(p != nullptr, "sgemm: out of memory for a ", bytes, "-byte packing buffer");
-      cap = n;
+      cap = 0;
+      p = static_cast<float*>(std::aligned_alloc(64, bytes_of(n)));
+      if (p) cap = n;
     }
     return p;
   }
+  float* get(size_t n) {
+    float* q = try_get(n);
+    DTR_CHECK(q != nullptr, "sgemm: out of memory for a ", bytes_of(n), "-byte packing buffer");
+    return q;
+  }
+  float* get_in_parallel(size_t n) {
+    float* q = try_get(n);
+    if (!q) {
+      std::fprintf(stderr, "dtr: error: sgemm: out of memory for a %zu-byte packing buffer\n", bytes_of(n));
+      std::abort();
+    }
+    return q;
+  }
+  static size_t bytes_of(size_t n) { return (n * sizeof(float) + 63) / 64 * 64; }
   ~Scratch() { std::free(p); }
 };
 thread_local Scratch t_apack, t_bshared, t_bprivate;  // t_bprivate: per worker
@@ -238,7 +257,7 @@ void general(const Problem& P, int nt) {
     const int T = omp_get_num_threads(), t = omp_get_thread_num();
     const auto [i0, i1] = row_split ? part(mp, T, t) : std::pair<int64_t, int64_t>{0, mp};
     const auto [j0, j1] = row_split ? std::pair<int64_t, int64_t>{0, np} : part(np, T, t);
-    float* bp = t_bprivate.get(static_cast<size_t>(kcb * std::min(NC_PANELS, std::max<int64_t>(1, j1 - j0)) * NR));
+    float* bp = t_bprivate.get_in_parallel(static_cast<size_t>(kcb * std::min(NC_PANELS, std::max<int64_t>(1, j1 - j0)) * NR));
     for (int64_t pc = 0, blk = 0; pc < P.k; pc += kcb, ++blk) {
       const int64_t kc = std::min(kcb, P.k - pc);
       const Put add = P.accumulate || pc > 0 ? Put::Add : stream ? Put::Stream : Put::Store;
