@@ -111,10 +111,45 @@ TEST_CASE("sgemm matches a double reference over edge sizes and layouts", "[sgem
   check_one(29, 7, 37, Layout::Strided, Layout::Col, false, 0, g);
 }
 
-TEST_CASE("sgemm on a layer-sized product", "[sgemm]") {
+TEST_CASE("sgemm on a layer-sized product, a C past the streaming threshold and small m over K blocks",
+          "[sgemm]") {
   if (!dtr::cpu::sgemm_available()) return;
   std::mt19937 g(11);
   check_one(1024, 1536, 576, Layout::Row, Layout::Col, false, 0, g);
+  check_one(1024, 4200, 64, Layout::Row, Layout::Col, false, 3, g);  // C 17 MB: non-temporal stores
+  check_one(8, 1000, 1500, Layout::Row, Layout::Row, true, 0, g);    // small-m path, k > 640
+  check_one(1000, 5, 1500, Layout::Col, Layout::Col, false, 0, g);   // the same solved as C^T
+}
+
+TEST_CASE("sgemm propagates NaN and Inf on every path", "[sgemm]") {
+  if (!dtr::cpu::sgemm_available()) return;
+  std::mt19937 g(13);
+  struct Case {
+    int64_t m, n, k;
+    Layout la, lb;
+  };
+  // general, skinny dot (n <= 16, A row-major), small m, small n solved as C^T, skinny n.
+  const Case cases[] = {{100, 100, 100, Layout::Row, Layout::Col}, {100, 8, 300, Layout::Row, Layout::Col},
+                        {4, 300, 100, Layout::Row, Layout::Row},   {300, 8, 100, Layout::Col, Layout::Col},
+                        {5, 12, 100, Layout::Col, Layout::Row}};
+  for (const Case& c : cases)
+    for (const float bad : {std::numeric_limits<float>::quiet_NaN(), std::numeric_limits<float>::infinity()}) {
+      INFO("m=" << c.m << " n=" << c.n << " k=" << c.k << " value " << bad);
+      Operand A = make_operand(c.m, c.k, c.la, 0, g);
+      const Operand B = make_operand(c.k, c.n, c.lb, 0, g);
+      const int64_t row = c.m / 2;
+      A.buf[static_cast<size_t>(row * A.rs + 3 * A.cs)] = bad;
+      std::vector<float> C(static_cast<size_t>(c.m * c.n), 0.0f);
+      sgemm(c.m, c.n, c.k, A.buf.data(), A.rs, A.cs, B.buf.data(), B.rs, B.cs, C.data(), c.n, false);
+      int64_t wrong = 0;
+      for (int64_t i = 0; i < c.m; ++i)
+        for (int64_t j = 0; j < c.n; ++j) {
+          const float x = C[static_cast<size_t>(i * c.n + j)];
+          // Inf times a random nonzero b is +-Inf (unless another Inf cancels: there is none).
+          if (i == row ? std::isfinite(x) : !std::isfinite(x)) ++wrong;
+        }
+      CHECK(wrong == 0);
+    }
 }
 
 TEST_CASE("sgemm with k = 0 zeroes or keeps C", "[sgemm]") {
