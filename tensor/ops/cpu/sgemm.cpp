@@ -14,10 +14,7 @@
 #include "tensor/error.h"
 
 #ifdef __AVX512F__
-#include <immintrin.h>
-// GCC 12 warns about the _mm*_undefined_* placeholder inside AVX-512 intrinsics such as
-// _mm512_shuffle_f32x4 once inlined (GCC bug 105593, fixed in GCC 13): a false positive.
-#pragma GCC diagnostic ignored "-Wuninitialized"
+#include "tensor/ops/cpu/sgemm_internal.h"
 #endif
 
 namespace dtr::cpu {
@@ -26,76 +23,13 @@ namespace dtr::cpu {
 
 bool sgemm_available() { return true; }
 
+using namespace sgemm_detail;
+
+namespace sgemm_detail {
+thread_local Scratch t_apack, t_bshared, t_bprivate;
+}  // namespace sgemm_detail
+
 namespace {
-
-constexpr int MR = 14;             // rows of the register tile (broadcast from packed A)
-constexpr int NR = 32;             // columns of the register tile (two zmm of packed B)
-constexpr int64_t KC_MAX = 640;    // K block: A panel kc x 14 (<= 35 KB) stays in the 48 KB L1
-constexpr int64_t NC_PANELS = 64;  // B columns packed at a time: 64 panels = 2048 columns
-constexpr int64_t NSUB_PANELS = 8; // B sub-block reused from L2 over all A panels: 256 columns
-constexpr int SKINNY_N = 16;       // n <= 16: one masked zmm of C per row
-constexpr int64_t STREAM_BYTES = int64_t(1) << 24;  // C of 16 MB and more: non-temporal stores
-
-/// Grow-only 64-byte aligned scratch (one per thread and role; reused across calls). Not counted
-/// by memory_stats(): the packed A of one K block (m x kc floats, kc <= 640; twice that in the
-/// column split; 126 MB for a full fine-tune's lm_head weight gradient, m = 49152) on the
-/// calling thread, plus kc x 2048 floats of packed B per worker. get() throws dtr::Error when out of memory;
-/// get_in_parallel() is for OpenMP workers, where an exception cannot leave the region: it
-/// prints the same message and aborts.
-struct Scratch {
-  float* p = nullptr;
-  size_t cap = 0;
-  float* try_get(size_t n) {
-    if (n > cap) {
-      std::free(p);
-      cap = 0;
-      p = static_cast<float*>(std::aligned_alloc(64, bytes_of(n)));
-      if (p) cap = n;
-    }
-    return p;
-  }
-  float* get(size_t n) {
-    float* q = try_get(n);
-    DTR_CHECK(q != nullptr, "sgemm: out of memory for a ", bytes_of(n), "-byte packing buffer");
-    return q;
-  }
-  float* get_in_parallel(size_t n) {
-    float* q = try_get(n);
-    if (!q) {
-      std::fprintf(stderr, "dtr: error: sgemm: out of memory for a %zu-byte packing buffer\n", bytes_of(n));
-      std::abort();
-    }
-    return q;
-  }
-  static size_t bytes_of(size_t n) { return (n * sizeof(float) + 63) / 64 * 64; }
-  ~Scratch() { std::free(p); }
-};
-thread_local Scratch t_apack, t_bshared, t_bprivate;  // t_bprivate: per worker
-
-/// [begin, end) of part t of `total` items split into T contiguous, balanced parts.
-std::pair<int64_t, int64_t> part(int64_t total, int T, int t) { return {total * t / T, total * (t + 1) / T}; }
-
-__mmask16 mask_of(int64_t cols) { return cols >= 16 ? __mmask16(0xFFFF) : __mmask16((1u << cols) - 1u); }
-
-/// Adds (add) or stores acc into 16 floats of C at c under mask mk (mk == 0xFFFF: full).
-inline void put(float* c, __m512 acc, __mmask16 mk, bool add) {
-  if (mk == 0xFFFF) {
-    if (add) acc = _mm512_add_ps(acc, _mm512_loadu_ps(c));
-    _mm512_storeu_ps(c, acc);
-  } else if (mk) {
-    if (add) acc = _mm512_add_ps(acc, _mm512_maskz_loadu_ps(mk, c));
-    _mm512_mask_storeu_ps(c, mk, acc);
-  }
-}
-
-/// How the register tile reaches C: store, add, or non-temporal store (C = A*B too large for the
-/// caches: skips the read-for-ownership; only full, 64-byte aligned vectors, the rest stored).
-enum class Put { Store, Add, Stream };
-
-inline void put(float* c, __m512 acc, __mmask16 mk, Put mode) {
-  if (mode == Put::Stream && mk == 0xFFFF && (reinterpret_cast<uintptr_t>(c) & 63) == 0) _mm512_stream_ps(c, acc);
-  else put(c, acc, mk, mode == Put::Add);
-}
 
 /// Register tile: C[0:M, 0:32] (+)= Apanel[kc x 14 (first M used)] * Bpanel[kc x 32].
 template <int M>
@@ -207,16 +141,6 @@ void pack_b(const float* B, int64_t b_rs, int64_t b_cs, int64_t cols, int64_t kc
   }
 }
 
-struct Problem {
-  int64_t m, n, k;
-  const float* A;
-  int64_t a_rs, a_cs;
-  const float* B;
-  int64_t b_rs, b_cs;
-  float* C;
-  int64_t ldc;
-  bool accumulate;
-};
 
 /// Tiles of row panels [i0, i1) x column panels [jc, jc + jn) for one K block of depth kc,
 /// packed A in ap (panel ip at ap + ip*MR*kcb: the stride is the fixed block depth kcb >= kc, so
@@ -284,185 +208,6 @@ void general(const Problem& P, int nt) {
     }
     if (stream) _mm_sfence();  // order this thread's non-temporal stores before the join
   }
-}
-
-/// n <= 16: C[i, 0:n] (+)= sum_p A[i,p] * Bp[p, 0:16] for R rows at a time, one FMA chain per row
-/// over the whole k (B packed once into k x 16, zero padded).
-template <int R>
-void skinny_rows(const Problem& P, int64_t i, const float* bp) {
-  __m512 acc[R];
-#pragma GCC unroll 16
-  for (int r = 0; r < R; ++r) acc[r] = _mm512_setzero_ps();
-  const float* a = P.A + i * P.a_rs;
-  for (int64_t p = 0; p < P.k; ++p) {
-    const __m512 b = _mm512_load_ps(bp + p * 16);
-#pragma GCC unroll 16
-    for (int r = 0; r < R; ++r) acc[r] = _mm512_fmadd_ps(_mm512_set1_ps(a[r * P.a_rs + p * P.a_cs]), b, acc[r]);
-  }
-  const __mmask16 mk = mask_of(P.n);
-#pragma GCC unroll 16
-  for (int r = 0; r < R; ++r) put(P.C + (i + r) * P.ldc, acc[r], mk, P.accumulate);
-}
-
-using SkinnyFn = void (*)(const Problem&, int64_t, const float*);
-template <size_t... I>
-constexpr auto make_skinny(std::index_sequence<I...>) {
-  return std::array<SkinnyFn, sizeof...(I)>{&skinny_rows<int(I) + 1>...};
-}
-constexpr int SKINNY_R = 16;
-constexpr auto kSkinny = make_skinny(std::make_index_sequence<SKINNY_R>{});
-
-void skinny_n(const Problem& P, int nt) {
-  float* bp = t_bshared.get(static_cast<size_t>(P.k * 16));
-  for (int64_t p = 0; p < P.k; ++p)
-    for (int64_t j = 0; j < 16; ++j) bp[p * 16 + j] = j < P.n ? P.B[p * P.b_rs + j * P.b_cs] : 0.0f;
-  const int64_t blocks = (P.m + SKINNY_R - 1) / SKINNY_R;
-#pragma omp parallel for num_threads(nt) if (nt > 1) schedule(static)
-  for (int64_t b = 0; b < blocks; ++b) {
-    const int64_t i = b * SKINNY_R, rows = std::min<int64_t>(SKINNY_R, P.m - i);
-    kSkinny[rows - 1](P, i, bp);
-  }
-}
-
-/// Sum of the 16 lanes in a fixed order (halves, quarters, pairs, neighbours).
-inline float hsum(__m512 v) {
-  v = _mm512_add_ps(v, _mm512_shuffle_f32x4(v, v, 0x4E));
-  v = _mm512_add_ps(v, _mm512_shuffle_f32x4(v, v, 0xB1));
-  v = _mm512_add_ps(v, _mm512_permute_ps(v, 0x4E));
-  v = _mm512_add_ps(v, _mm512_permute_ps(v, 0xB1));
-  return _mm512_cvtss_f32(v);
-}
-
-/// n <= 16 with row-major A: dot products along k, 16 lanes at a time. Bt[j*kp + p] = B(p, j)
-/// (kp = k rounded up to 16, zero padded); R rows of A share each load of Bt. Each C element is
-/// one FMA chain per lane over k, then a fixed-order horizontal sum.
-template <int N, int R>
-void dot_rows(const Problem& P, int64_t i, const float* bt, int64_t kp) {
-  __m512 acc[R][N];
-#pragma GCC unroll 2
-  for (int r = 0; r < R; ++r)
-#pragma GCC unroll 16
-    for (int j = 0; j < N; ++j) acc[r][j] = _mm512_setzero_ps();
-  const float* a[R];
-  for (int r = 0; r < R; ++r) a[r] = P.A + (i + r) * P.a_rs;
-  const bool ahead = i + 2 * R <= P.m;  // prefetch the next rows' chunk alongside
-  for (int64_t p = 0; p < P.k; p += 16) {
-    const __mmask16 mk = mask_of(P.k - p);
-    if (ahead)
-      for (int r = 0; r < R; ++r) _mm_prefetch(reinterpret_cast<const char*>(a[r] + R * P.a_rs + p), _MM_HINT_T0);
-    __m512 av[R];
-#pragma GCC unroll 2
-    for (int r = 0; r < R; ++r) av[r] = _mm512_maskz_loadu_ps(mk, a[r] + p);
-#pragma GCC unroll 16
-    for (int j = 0; j < N; ++j) {
-      const __m512 b = _mm512_load_ps(bt + j * kp + p);
-#pragma GCC unroll 2
-      for (int r = 0; r < R; ++r) acc[r][j] = _mm512_fmadd_ps(av[r], b, acc[r][j]);
-    }
-  }
-  for (int r = 0; r < R; ++r) {
-    float* c = P.C + (i + r) * P.ldc;
-    for (int j = 0; j < N; ++j) {
-      const float v = hsum(acc[r][j]);
-      c[j] = P.accumulate ? c[j] + v : v;
-    }
-  }
-}
-
-using DotFn = void (*)(const Problem&, int64_t, const float*, int64_t);
-template <size_t... I>
-constexpr auto make_dot(std::index_sequence<I...>, std::integral_constant<int, 1>) {
-  return std::array<DotFn, sizeof...(I)>{&dot_rows<int(I) + 1, 1>...};
-}
-template <size_t... I>
-constexpr auto make_dot(std::index_sequence<I...>, std::integral_constant<int, 2>) {
-  return std::array<DotFn, sizeof...(I)>{&dot_rows<int(I) + 1, 2>...};
-}
-constexpr auto kDot1 = make_dot(std::make_index_sequence<SKINNY_N>{}, std::integral_constant<int, 1>{});
-constexpr auto kDot2 = make_dot(std::make_index_sequence<8>{}, std::integral_constant<int, 2>{});
-
-void skinny_dot(const Problem& P, int nt) {
-  const int64_t kp = (P.k + 15) / 16 * 16;
-  float* bt = t_bshared.get(static_cast<size_t>(P.n * kp));
-  for (int64_t j = 0; j < P.n; ++j) {
-    float* d = bt + j * kp;
-    if (P.b_rs == 1) std::memcpy(d, P.B + j * P.b_cs, sizeof(float) * P.k);
-    else
-      for (int64_t p = 0; p < P.k; ++p) d[p] = P.B[p * P.b_rs + j * P.b_cs];
-    std::memset(d + P.k, 0, sizeof(float) * (kp - P.k));
-  }
-  const int R = P.n <= 8 ? 2 : 1;
-  const int64_t blocks = P.m / R;
-  const DotFn full = R == 2 ? kDot2[P.n - 1] : kDot1[P.n - 1];
-#pragma omp parallel for num_threads(nt) if (nt > 1) schedule(static)
-  for (int64_t b = 0; b < blocks; ++b) full(P, b * R, bt, kp);
-  for (int64_t i = blocks * R; i < P.m; ++i) kDot1[P.n - 1](P, i, bt, kp);
-}
-
-/// Small m (<= 8) with row-major B: C(r, j) = sum_p A(r, p) B(p, j) with C(r, j) at
-/// C[r*c_rs + j*c_cs] (so the transposed problem C^T = B^T A^T of an n <= 16 product with
-/// column-major A also lands here). 8 x 48 register tiles stream B row by row with software
-/// prefetch (the rows are far apart); one FMA chain per element over the whole k.
-struct SmallM {
-  int64_t m, n, k;
-  const float* A;
-  int64_t a_rs, a_cs;
-  const float* B;
-  int64_t ldb;
-  float* C;
-  int64_t c_rs, c_cs;
-  bool add;
-};
-constexpr int SM_R = 8, SM_W = 48;
-
-void small_m_tile(const SmallM& S, const float* ap, int64_t j0) {
-  const int64_t cols = std::min<int64_t>(SM_W, S.n - j0);
-  const __mmask16 mk[3] = {mask_of(cols), mask_of(std::max<int64_t>(0, cols - 16)),
-                           mask_of(std::max<int64_t>(0, cols - 32))};
-  __m512 acc[SM_R][3];
-  for (int r = 0; r < SM_R; ++r) acc[r][0] = acc[r][1] = acc[r][2] = _mm512_setzero_ps();
-  const float* b = S.B + j0;
-  constexpr int64_t PD = 12;  // rows ahead to prefetch
-  for (int64_t p = 0; p < S.k; ++p, b += S.ldb) {
-    if (p + PD < S.k) {
-      const char* f = reinterpret_cast<const char*>(b + PD * S.ldb);
-      _mm_prefetch(f, _MM_HINT_T0);
-      _mm_prefetch(f + 64, _MM_HINT_T0);
-      _mm_prefetch(f + 128, _MM_HINT_T0);
-      _mm_prefetch(f + 188, _MM_HINT_T0);
-    }
-    const __m512 b0 = _mm512_maskz_loadu_ps(mk[0], b), b1 = _mm512_maskz_loadu_ps(mk[1], b + 16),
-                 b2 = _mm512_maskz_loadu_ps(mk[2], b + 32);
-    const float* a = ap + p * SM_R;
-#pragma GCC unroll 8
-    for (int r = 0; r < SM_R; ++r) {
-      const __m512 ar = _mm512_set1_ps(a[r]);
-      acc[r][0] = _mm512_fmadd_ps(ar, b0, acc[r][0]);
-      acc[r][1] = _mm512_fmadd_ps(ar, b1, acc[r][1]);
-      acc[r][2] = _mm512_fmadd_ps(ar, b2, acc[r][2]);
-    }
-  }
-  if (S.c_cs == 1) {
-    for (int r = 0; r < S.m; ++r)
-      for (int q = 0; q < 3; ++q) put(S.C + r * S.c_rs + j0 + 16 * q, acc[r][q], mk[q], S.add);
-  } else {
-    alignas(64) float t[SM_R][SM_W];
-    for (int r = 0; r < SM_R; ++r)
-      for (int q = 0; q < 3; ++q) _mm512_store_ps(&t[r][16 * q], acc[r][q]);
-    for (int64_t j = 0; j < cols; ++j) {
-      float* c = S.C + (j0 + j) * S.c_cs;
-      for (int64_t r = 0; r < S.m; ++r) c[r * S.c_rs] = S.add ? c[r * S.c_rs] + t[r][j] : t[r][j];
-    }
-  }
-}
-
-void small_m(const SmallM& S, int nt) {
-  float* ap = t_apack.get(static_cast<size_t>(S.k * SM_R));
-  for (int64_t p = 0; p < S.k; ++p)
-    for (int64_t r = 0; r < SM_R; ++r) ap[p * SM_R + r] = r < S.m ? S.A[r * S.a_rs + p * S.a_cs] : 0.0f;
-  const int64_t tiles = (S.n + SM_W - 1) / SM_W;
-#pragma omp parallel for num_threads(nt) if (nt > 1) schedule(static)
-  for (int64_t t = 0; t < tiles; ++t) small_m_tile(S, ap, t * SM_W);
 }
 
 }  // namespace

@@ -1,5 +1,7 @@
 #pragma once
-// dtr's own f32 GEMM for AVX-512 CPUs: C[m,n] (+)= A[m,k] * B[k,n] over strided operands.
+// dtr's own f32 GEMM for AVX-512 CPUs: C[m,n] (+)= A[m,k] * B[k,n] over strided operands. The
+// packed path is in sgemm.cpp, the skinny paths in sgemm_skinny.cpp, shared pieces in
+// sgemm_internal.h.
 //
 // Goto/BLIS-style (K. Goto and R. van de Geijn, "Anatomy of High-Performance Matrix
 // Multiplication", ACM TOMS 34(3), 2008; F. Van Zee and R. van de Geijn, "BLIS", ACM TOMS
