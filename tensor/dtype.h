@@ -5,6 +5,7 @@
 #include <cstring>
 #include <ostream>
 #include <string>
+#include <type_traits>
 
 namespace dtr {
 
@@ -65,5 +66,22 @@ template <> struct dtype_of<int64_t> { static constexpr DType value = DType::i64
 template <> struct dtype_of<int32_t> { static constexpr DType value = DType::i32; };
 template <> struct dtype_of<uint8_t> { static constexpr DType value = DType::u8; };
 template <> struct dtype_of<bool> { static constexpr DType value = DType::bool_; };
+
+/// Element conversion between the storage types (double, float, bf16, f16) and a math type C
+/// (float or double), through float for the 16-bit types: elem::load<C>(x) widens,
+/// elem::store<T>(c) rounds to the storage type (round to nearest even for bf16 / f16). A nested
+/// namespace, so that argument-dependent lookup on bf16 / f16 never finds them.
+namespace elem {
+template <class C, class T>
+inline C load(const T& v) {
+  if constexpr (std::is_same_v<T, bf16> || std::is_same_v<T, f16>) return static_cast<C>(static_cast<float>(v));
+  else return static_cast<C>(v);
+}
+template <class T, class C>
+inline T store(C v) {
+  if constexpr (std::is_same_v<T, bf16> || std::is_same_v<T, f16>) return T(static_cast<float>(v));
+  else return static_cast<T>(v);
+}
+}  // namespace elem
 
 }  // namespace dtr

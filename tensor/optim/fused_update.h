@@ -44,16 +44,8 @@ void dispatch_update(const UpdateOperands& u, const char* opt, F&& f) {
   }
 }
 
-/// Element conversions through float for the 16-bit types.
-template <class C, class T>
-inline C load(const T& v) {
-  if constexpr (std::is_same_v<T, bf16> || std::is_same_v<T, f16>) return static_cast<C>(static_cast<float>(v));
-  else return static_cast<C>(v);
-}
-template <class T, class C>
-inline T store(C v) {
-  if constexpr (std::is_same_v<T, bf16> || std::is_same_v<T, f16>) return T(static_cast<float>(v));
-  else return static_cast<T>(v);
-}
+/// Element conversions through float for the 16-bit types (tensor/dtype.h).
+using dtr::elem::load;
+using dtr::elem::store;
 
 }  // namespace dtr::optim::detail

@@ -1,23 +1,11 @@
 #include "tensor/ops/cpu/adamw_kernel.h"
 
 #include <cmath>
-#include <type_traits>
 
 #include "tensor/dtype.h"
 
 namespace dtr::cpu {
 namespace {
-
-template <class C, class T>
-inline C load(T v) {
-  if constexpr (std::is_same_v<T, bf16> || std::is_same_v<T, f16>) return static_cast<C>(static_cast<float>(v));
-  else return static_cast<C>(v);
-}
-template <class T, class C>
-inline T store(C v) {
-  if constexpr (std::is_same_v<T, bf16> || std::is_same_v<T, f16>) return T(static_cast<float>(v));
-  else return static_cast<T>(v);
-}
 
 /// One loop per lerp branch so that the loop vectorises; pointers and scalars are restrict
 /// locals (through captured references the vectoriser could not prove them invariant and
@@ -28,15 +16,15 @@ void run(P* __restrict pw, const G* __restrict gr, C* __restrict mp, C* __restri
   const C kd = s.decay, kb2 = s.b2, k1b2 = s.one_minus_b2, kbc2 = s.bc2_sqrt, keps = s.eps, kstep = s.neg_step;
 #pragma omp parallel for simd schedule(static) if (n >= 32768)
   for (int64_t i = 0; i < n; ++i) {
-    const C gi = load<C>(gr[i]);
-    C pi = load<C>(pw[i]) * kd;
+    const C gi = elem::load<C>(gr[i]);
+    C pi = elem::load<C>(pw[i]) * kd;
     const C mi = lerp(mp[i], gi);
     const C vi = vp[i] * kb2 + k1b2 * gi * gi;
     const C denom = std::sqrt(vi) / kbc2 + keps;
     pi = pi + kstep * (mi / denom);
     mp[i] = mi;
     vp[i] = vi;
-    pw[i] = store<P>(pi);
+    pw[i] = elem::store<P>(pi);
   }
 }
 
