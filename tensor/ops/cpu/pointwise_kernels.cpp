@@ -60,10 +60,11 @@ std::vector<Tensor> unary(const OpCall& c, F f) {
 /// Elements per block of the vectorised f32 paths (one OpenMP iteration).
 constexpr int64_t kVecBlock = 4096;
 
-/// unary() with a vectorised f32 path: `vf` maps an Eigen array expression of a contiguous f32
-/// block to its result; `f` is the scalar expression for every other case.
-template <class VF, class F>
-std::vector<Tensor> unary_vec(const OpCall& c, VF vf, F f) {
+/// unary() with a vectorised f32 path for contiguous f32 input: `block(in, out, len)` computes
+/// one block of at most kVecBlock elements (blocks in parallel); `f` is the scalar expression
+/// for every other case.
+template <class Block, class F>
+std::vector<Tensor> unary_blocks(const OpCall& c, Block block, F f) {
   const Tensor& a = c.inputs[0];
   if (a.dtype() != DType::f32 || !a.is_contiguous()) return unary(c, f);
   Tensor out = empty(a.sizes(), TensorOptions(a.dtype()));
@@ -72,10 +73,18 @@ std::vector<Tensor> unary_vec(const OpCall& c, VF vf, F f) {
   const int64_t n = a.numel(), nb = (n + kVecBlock - 1) / kVecBlock;
 #pragma omp parallel for schedule(static) if (n >= cpu::kParallelGrain)
   for (int64_t b = 0; b < nb; ++b) {
-    const int64_t off = b * kVecBlock, len = std::min(kVecBlock, n - off);
-    cpu::vec::MapF(po + off, len) = vf(cpu::vec::CMapF(pa + off, len));
+    const int64_t off = b * kVecBlock;
+    block(pa + off, po + off, std::min(kVecBlock, n - off));
   }
   return {out};
+}
+
+/// unary_blocks() where `vf` maps an Eigen array expression of a block to its result.
+template <class VF, class F>
+std::vector<Tensor> unary_vec(const OpCall& c, VF vf, F f) {
+  return unary_blocks(
+      c, [&](const float* in, float* out, int64_t len) { cpu::vec::MapF(out, len) = vf(cpu::vec::CMapF(in, len)); },
+      f);
 }
 
 template <class F>
@@ -119,18 +128,9 @@ UNARY(neg, -x)
   DTR_REGISTER_KERNEL(#NAME, DeviceType::CPU, k_##NAME);
 
 std::vector<Tensor> k_exp(const OpCall& c) {
-  const Tensor& a = c.inputs[0];
-  if (a.dtype() != DType::f32 || !a.is_contiguous()) return unary(c, [](auto x) { return std::exp(x); });
-  Tensor out = empty(a.sizes(), TensorOptions(a.dtype()));
-  const float* pa = static_cast<const float*>(a.data_ptr());
-  float* po = static_cast<float*>(out.data_ptr());
-  const int64_t n = a.numel(), nb = (n + kVecBlock - 1) / kVecBlock;
-#pragma omp parallel for schedule(static) if (n >= cpu::kParallelGrain)
-  for (int64_t b = 0; b < nb; ++b) {
-    const int64_t off = b * kVecBlock;
-    cpu::vec::exp_shift(pa + off, 0.0f, 1.0f, po + off, std::min(kVecBlock, n - off));
-  }
-  return {out};
+  return unary_blocks(
+      c, [](const float* in, float* out, int64_t len) { cpu::vec::exp_shift(in, 0.0f, 1.0f, out, len); },
+      [](auto x) { return std::exp(x); });
 }
 DTR_REGISTER_KERNEL("exp", DeviceType::CPU, k_exp);
 UNARY(log, std::log(x))
