@@ -8,7 +8,7 @@
 namespace dtr {
 namespace {
 
-/// True when the last two dims of t can be mapped by Eigen (one unit stride).
+/// True when the GEMM can read the last two dims of t in place (one unit stride).
 bool gemm_ok(const Tensor& t) {
   const int64_t d = t.dim();
   const int64_t r = t.sizes()[d - 2], c = t.sizes()[d - 1];
@@ -46,7 +46,7 @@ std::vector<Tensor> k_bmm(const OpCall& c) {
       cpu::gemm<T>(m, n, k, pa + i * a.strides()[0], a.strides()[1], a.strides()[2], pb + i * b.strides()[0],
                    b.strides()[1], b.strides()[2], po + i * m * n, false);
     };
-    // Small matrices: one GEMM per thread; large ones: Eigen parallelises each GEMM.
+    // Small matrices: one GEMM per thread; large ones: each GEMM runs parallel inside.
     if (B > 1 && m * n * k < (1 << 21)) {
 #pragma omp parallel for schedule(dynamic)
       for (int64_t i = 0; i < B; ++i) one(i);
