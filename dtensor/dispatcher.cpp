@@ -1,6 +1,8 @@
 // The dtensor side of the op dispatcher: for a call with distributed inputs, find the op's
 // sharding rule, decide (cached), redistribute inputs, run the local kernel, wrap outputs.
-// Installed into the tensor layer's dispatcher at load time.
+// Installed into the tensor layer at load time, with the optimizer's local-tensor converter
+// (optimizers step a DTensor parameter's local shard), so that any DTensor parameter (TP,
+// FSDP, distribute_tensor) can be handed to an optimizer without further setup.
 #include <cstring>
 #include <iostream>
 #include <mutex>
@@ -11,6 +13,7 @@
 #include "dtensor/comm_debug.h"
 #include "dtensor/propagation.h"
 #include "dtensor/redistribute.h"
+#include "tensor/optim/local.h"
 
 namespace dtr {
 namespace {
@@ -191,6 +194,7 @@ DTensorDispatcher& instance() {
 
 [[maybe_unused]] const bool installed = [] {
   set_distributed_dispatcher(&instance());
+  optim::set_optim_local_converter([](const Tensor& t) { return local_tensor(t); });
   return true;
 }();
 

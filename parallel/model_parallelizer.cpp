@@ -85,7 +85,6 @@ void parallelize_model(nn::Module& model, const MeshContext& ctx) {
     translate_to_lora(plan);
     parallelize_module(model, ctx.tp_mesh(), plan);
     p->after_tp(model, ctx);
-    register_dtensor_optim_converter();  // optimizers step the TP-local shards
   }
   apply_ac();
   if (ctx.dp_size == 1) return;

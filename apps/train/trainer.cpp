@@ -147,7 +147,6 @@ struct Trainer {
     ao.beta2 = r.optimizer.beta2;
     ao.eps = r.optimizer.eps;
     ao.weight_decay = r.optimizer.weight_decay;
-    register_dtensor_optim_converter();  // TP-only meshes hand DTensors to the optimizer too
     optim::AdamW optimizer(plist, ao);
 
     const auto& st = r.step_scheduler;

@@ -10,7 +10,6 @@
 #include "parallel/activation_checkpoint.h"
 #include "tensor/autograd/grad_mode.h"
 #include "tensor/ops.h"
-#include "tensor/optim/local.h"
 
 namespace dtr {
 namespace {
@@ -275,10 +274,6 @@ void FSDPState::maybe_reshard_after_backward() {
 
 // ---- public API --------------------------------------------------------------------------------
 
-void register_dtensor_optim_converter() {
-  optim::set_optim_local_converter([](const Tensor& t) { return local_tensor(t); });
-}
-
 void fully_shard(nn::Module& module, const DeviceMesh& mesh, const FSDPOptions& options) {
   const std::string label = module.type_name();
   DTR_CHECK(!state_of(&module), "fully_shard: called twice on the same ", label, " module");
@@ -300,7 +295,6 @@ void fully_shard(nn::Module& module, const DeviceMesh& mesh, const FSDPOptions& 
   check_dtype(options.mp_policy.param_dtype, "param_dtype");
   check_dtype(options.mp_policy.reduce_dtype, "reduce_dtype");
   check_dtype(options.mp_policy.output_dtype, "output_dtype");
-  register_dtensor_optim_converter();
 
   // Claim: every parameter (tied names grouped) not already a fully_shard DTensor.
   std::vector<std::pair<std::vector<std::string>, Tensor>> params;

@@ -77,8 +77,4 @@ FSDPParamGroup* fsdp_param_group(const nn::Module& module);
 double fsdp_exposed_comm_seconds();
 void reset_fsdp_exposed_comm_seconds();
 
-/// Registers the optimizer's local-tensor converter for DTensors (DTensor -> local shard).
-/// fully_shard calls it; exposed for other strategies that hand DTensors to an optimizer.
-void register_dtensor_optim_converter();
-
 }  // namespace dtr
