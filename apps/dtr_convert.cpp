@@ -17,6 +17,7 @@
 #include <filesystem>
 
 #include "models/llama/convert.h"
+#include "runtime/env.h"
 
 int main(int argc, char** argv) {
   CLI::App app{"dtr-convert: GGUF <-> Hugging Face Llama checkpoints, merge a PEFT LoRA adapter into a base model"};
@@ -39,6 +40,7 @@ int main(int argc, char** argv) {
   merge->add_option("out_dir", out, "output directory")->required();
   CLI11_PARSE(app, argc, argv);
   try {
+    dtr::check_process_environment();
     if (*g2h) {
       dtr::convert_gguf_to_hf(in, out);
       std::printf("dtr-convert: wrote %s (config.json, model.safetensors, tokenizer files)\n", out.c_str());

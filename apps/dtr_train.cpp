@@ -34,8 +34,9 @@ int main(int argc, char** argv) {
   int rc = 0;
   try {
     dtr::init(argc, argv);
-  } catch (const std::exception& e) {
-    std::fprintf(stderr, "dtr-train: error: %s\n", e.what());
+  } catch (const std::exception& e) {  // the environment is the same on every rank: one line
+    if (dtr::rank() == 0) std::fprintf(stderr, "dtr-train: error: %s\n", e.what());
+    dtr::finalize();
     return 1;
   }
   dtr::train::Recipe recipe;

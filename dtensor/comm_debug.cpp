@@ -3,6 +3,8 @@
 #include <cstdlib>
 #include <sstream>
 
+#include "tensor/env_vars.h"
+
 namespace dtr {
 namespace {
 thread_local CommDebugMode* t_active = nullptr;
@@ -29,10 +31,7 @@ void comm_debug_note(CommKind kind) {
 }
 
 bool dtensor_debug_enabled() {
-  static const bool on = [] {
-    const char* v = std::getenv("DTR_DTENSOR_DEBUG");
-    return v && std::string(v) == "1";
-  }();
+  static const bool on = env::flag("DTR_DTENSOR_DEBUG");
   return on;
 }
 

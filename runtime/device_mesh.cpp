@@ -7,6 +7,7 @@
 
 #include "runtime/env.h"
 #include "runtime/mpi_process_group.h"
+#include "tensor/env_vars.h"
 #include "tensor/error.h"
 #ifdef DTR_WITH_CUDA
 #include "runtime/nccl_process_group.h"
@@ -47,9 +48,7 @@ std::shared_ptr<ProcessGroup> make_group(const Shape& shape, const std::vector<i
 }  // namespace
 
 std::string collective_backend(Device device) {
-  const char* env = std::getenv("DTR_BACKEND");
-  const std::string want = env ? env : "";
-  DTR_CHECK(want.empty() || want == "mpi" || want == "nccl", "DTR_BACKEND='", want, "' (expected mpi or nccl)");
+  const std::string want = env::choice("DTR_BACKEND");
   if (!device.is_cuda() || want == "mpi") return "mpi";
 #ifdef DTR_WITH_CUDA
   const int ndev = cuda::device_count();

@@ -3,11 +3,15 @@
 #include <mpi.h>
 #include <omp.h>
 
+#include <csignal>
 #include <cstdio>
 #include <cstdlib>
 #include <string>
 #include <thread>
 
+#include "runtime/watchdog.h"
+#include "runtime/work_queue.h"
+#include "tensor/env_vars.h"
 #include "tensor/error.h"
 #ifdef DTR_WITH_CUDA
 #include "tensor/cuda/cuda_context.h"
@@ -19,16 +23,45 @@ bool g_init = false;
 bool g_we_initialized_mpi = false;
 int g_rank = 0, g_world = 1, g_local_rank = 0, g_local_size = 1, g_threads = 1, g_cuda_device = -1;
 
-int env_int(const char* name, int fallback) {
-  const char* v = std::getenv(name);
+/// OMP_NUM_THREADS as OpenMP reads it (the first entry of a nesting list such as "4,2").
+int omp_threads(int fallback) {
+  const char* v = std::getenv("OMP_NUM_THREADS");
   if (!v || !*v) return fallback;
-  try {
-    return std::stoi(v);
-  } catch (...) {
-    DTR_ERROR("environment variable ", name, "='", v, "' is not an integer");
+  char* end = nullptr;
+  const long n = std::strtol(v, &end, 10);
+  DTR_CHECK(end != v && (*end == '\0' || *end == ',') && n >= 1 && n <= 4096, "OMP_NUM_THREADS='", v,
+            "': expected a thread count in [1, 4096]");
+  return static_cast<int>(n);
+}
+
+/// A launcher that started this process as one of several (torchrun's WORLD_SIZE, Open MPI's or
+/// a PMI launcher's size) while MPI sees a world of one: N copies would train independently
+/// and write into one output directory. Returns "" when there is none, else the message.
+std::string foreign_launcher() {
+  for (const char* name : {"WORLD_SIZE", "OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_SIZE"}) {
+    const char* v = std::getenv(name);
+    if (!v || !*v) continue;
+    char* end = nullptr;
+    const long n = std::strtol(v, &end, 10);
+    if (end == v || *end != '\0' || n <= 1) continue;
+    const char* rk = std::getenv(std::string(name) == "WORLD_SIZE" ? "RANK" : "OMPI_COMM_WORLD_RANK");
+    return detail::cat("this process was started as one of ", n, " (", name, "=", v, rk ? ", rank " : "",
+                       rk ? rk : "", ") but MPI sees a world of 1: dtr ranks are started by mpirun / mpiexec / srun "
+                       "with the MPI dtr was built with (torchrun-style launchers are not supported); the copies "
+                       "would train independently into one output directory");
   }
+  return "";
 }
 }  // namespace
+
+void check_process_environment() {
+  for (const auto& w : env::check_environment())
+    if (g_rank == 0) std::fprintf(stderr, "dtr: warning: %s\n", w.c_str());
+  (void)comm_timeout_s();
+  // A file-size limit (ulimit -f) kills with SIGXFSZ by default; ignored, the write fails with
+  // EFBIG and the writer reports it like a full disk (checkpoints stay atomic).
+  std::signal(SIGXFSZ, SIG_IGN);
+}
 
 void init(int& argc, char**& argv) {
   if (g_init) return;
@@ -44,15 +77,22 @@ void init(int& argc, char**& argv) {
   }
   MPI_Comm_rank(MPI_COMM_WORLD, &g_rank);
   MPI_Comm_size(MPI_COMM_WORLD, &g_world);
+  check_process_environment();
+  if (g_world == 1) {
+    const std::string other = foreign_launcher();
+    DTR_CHECK(other.empty(), other);
+  }
   MPI_Comm local;
-  MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, g_rank, MPI_INFO_NULL, &local);
+  {
+    CommDeadline d("MPI_Comm_split_type (dtr::init)", "world");
+    MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, g_rank, MPI_INFO_NULL, &local);
+  }
   MPI_Comm_rank(local, &g_local_rank);
   MPI_Comm_size(local, &g_local_size);
   MPI_Comm_free(&local);
   const int cores = static_cast<int>(std::thread::hardware_concurrency());
-  int def = std::max(1, cores / std::max(1, g_local_size));
-  g_threads = env_int("DTR_NUM_THREADS", env_int("OMP_NUM_THREADS", def));
-  DTR_CHECK(g_threads >= 1, "DTR_NUM_THREADS must be >= 1, got ", g_threads);
+  const int def = std::max(1, cores / std::max(1, g_local_size));
+  g_threads = static_cast<int>(env::integer("DTR_NUM_THREADS", omp_threads(def)));
   omp_set_num_threads(g_threads);
 #ifdef DTR_WITH_CUDA
   // One GPU per local rank. The local rank is the MPI_COMM_TYPE_SHARED split above, which
@@ -68,11 +108,15 @@ void init(int& argc, char**& argv) {
 }
 
 void finalize() {
-  if (!g_init) return;
+  if (!g_we_initialized_mpi) return;
   int fin = 0;
   MPI_Finalized(&fin);
-  if (!fin && g_we_initialized_mpi) MPI_Finalize();
+  if (!fin) {
+    CommDeadline d("MPI_Finalize", "world");
+    MPI_Finalize();
+  }
   g_init = false;
+  g_we_initialized_mpi = false;
 }
 
 bool is_initialized() { return g_init; }
@@ -91,6 +135,7 @@ void set_num_threads(int n) {
 int64_t all_ranks_max(int64_t v) {
   if (!g_init || g_world == 1) return v;
   int64_t out = v;
+  CommDeadline d("all_ranks_max (MPI_Allreduce)", "world");
   MPI_Allreduce(&v, &out, 1, MPI_INT64_T, MPI_MAX, MPI_COMM_WORLD);
   return out;
 }

@@ -7,6 +7,7 @@
 
 #include "runtime/env.h"
 #include "runtime/mpi_staging.h"
+#include "runtime/watchdog.h"
 #include "tensor/ops/cpu/copy_kernel.h"
 
 namespace dtr {
@@ -56,11 +57,7 @@ class P2pWork : public Work {
     auto sleep = std::chrono::microseconds(1);
     while (!test()) {
       const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-      if (s > comm_timeout_s()) {
-        std::string msg = detail::cat("collective ", what_, " on group ", group_, " timed out after ",
-                                      comm_timeout_s(), " s (set DTR_COMM_TIMEOUT_S)");
-        abort_job(msg.c_str(), 3);
-      }
+      if (s > comm_timeout_s()) comm_timed_out(what_, group_);
       std::this_thread::sleep_for(sleep);
       sleep = std::min(sleep * 2, std::chrono::microseconds(1000));
     }
@@ -123,14 +120,20 @@ MpiProcessGroup::~MpiProcessGroup() {
 std::shared_ptr<MpiProcessGroup> MpiProcessGroup::world(const std::string& name) {
   if (!is_mpi_live() || dtr::world_size() == 1) return std::make_shared<MpiProcessGroup>(MPI_COMM_NULL, name);
   MPI_Comm c;
-  MPI_Comm_dup(MPI_COMM_WORLD, &c);
+  {
+    CommDeadline d("MPI_Comm_dup", "process group " + name);
+    MPI_Comm_dup(MPI_COMM_WORLD, &c);
+  }
   return std::make_shared<MpiProcessGroup>(c, name);
 }
 
 std::shared_ptr<MpiProcessGroup> MpiProcessGroup::split(int color, int key, const std::string& name) {
   if (!is_mpi_live() || dtr::world_size() == 1) return std::make_shared<MpiProcessGroup>(MPI_COMM_NULL, name);
   MPI_Comm c;
-  mpi::check(MPI_Comm_split(MPI_COMM_WORLD, color, key, &c), "MPI_Comm_split", "process group " + name);
+  {
+    CommDeadline d("MPI_Comm_split", "process group " + name);
+    mpi::check(MPI_Comm_split(MPI_COMM_WORLD, color, key, &c), "MPI_Comm_split", "process group " + name);
+  }
   return std::make_shared<MpiProcessGroup>(c, name);
 }
 
@@ -150,7 +153,10 @@ std::shared_ptr<MpiProcessGroup> MpiProcessGroup::create(const std::vector<int>&
   MPI_Comm_group(MPI_COMM_WORLD, &wg);
   MPI_Group_incl(wg, static_cast<int>(world_ranks.size()), world_ranks.data(), &g);
   MPI_Comm c;
-  mpi::check(MPI_Comm_create_group(MPI_COMM_WORLD, g, 0, &c), "MPI_Comm_create_group", "process group " + name);
+  {
+    CommDeadline d("MPI_Comm_create_group", "process group " + name);
+    mpi::check(MPI_Comm_create_group(MPI_COMM_WORLD, g, 0, &c), "MPI_Comm_create_group", "process group " + name);
+  }
   MPI_Group_free(&g);
   MPI_Group_free(&wg);
   return std::make_shared<MpiProcessGroup>(c, name);

@@ -4,6 +4,7 @@
 
 #include "runtime/env.h"
 #include "runtime/mpi_staging.h"
+#include "runtime/watchdog.h"
 #include "runtime/work_queue.h"
 #include "tensor/cuda/caching_allocator.h"
 #include "tensor/cuda/cuda_context.h"
@@ -57,6 +58,7 @@ ncclComm_t world_comm() {
     cuda_check(cudaSetDevice(dtr::local_rank() % ndev), "NcclProcessGroup: cudaSetDevice");
     ncclUniqueId id;
     if (dtr::rank() == 0) nccl_check(ncclGetUniqueId(&id), "ncclGetUniqueId");
+    CommDeadline d("NCCL id broadcast + ncclCommInitRank", "nccl world");
     if (dtr::world_size() > 1) MPI_Bcast(&id, sizeof(id), MPI_BYTE, 0, MPI_COMM_WORLD);
     ncclComm_t c;
     nccl_check(ncclCommInitRank(&c, dtr::world_size(), id, dtr::rank()), "ncclCommInitRank (world)");
@@ -129,6 +131,7 @@ std::shared_ptr<NcclProcessGroup> NcclProcessGroup::split(int color, int key, co
   // Membership (world ranks in key order) from an MPI split with the same color and key.
   std::vector<int> ranks = {dtr::rank()};
   int rank = 0;
+  CommDeadline d("MPI_Comm_split + ncclCommSplit", "NcclProcessGroup " + name);
   if (dtr::world_size() > 1) {
     MPI_Comm c;
     mpi::check(MPI_Comm_split(MPI_COMM_WORLD, color, key, &c), "MPI_Comm_split", "NcclProcessGroup " + name);

@@ -9,46 +9,26 @@
 #include <cstdlib>
 
 #include "runtime/env.h"
+#include "runtime/watchdog.h"
 #include "tensor/error.h"
+#include "tensor/env_vars.h"
 
 namespace dtr {
 namespace {
 
-double read_timeout() {
-  const char* v = std::getenv("DTR_COMM_TIMEOUT_S");
-  if (!v || !*v) return 600.0;
-  char* end = nullptr;
-  const double t = std::strtod(v, &end);
-  DTR_CHECK(end && *end == '\0' && t > 0, "DTR_COMM_TIMEOUT_S='", v, "' is not a positive number of seconds");
-  return t;
-}
-
 std::atomic<int> g_debug{-1};
-
-[[noreturn]] void timed_out(const std::string& what, const std::string& group) {
-  const int r = dtr::rank();
-  std::fprintf(stderr, "[rank %d] collective %s on group %s timed out after %g s (set DTR_COMM_TIMEOUT_S)\n", r,
-               what.c_str(), group.c_str(), comm_timeout_s());
-  std::fflush(stderr);
-  int init = 0, fin = 0;
-  MPI_Initialized(&init);
-  MPI_Finalized(&fin);
-  if (init && !fin) MPI_Abort(MPI_COMM_WORLD, 3);
-  std::_Exit(3);
-}
 
 }  // namespace
 
 double comm_timeout_s() {
-  static const double t = read_timeout();
+  static const double t = env::number("DTR_COMM_TIMEOUT_S", 600.0);
   return t;
 }
 
 bool comm_debug() {
   int d = g_debug.load();
   if (d < 0) {
-    const char* v = std::getenv("DTR_COMM_DEBUG");
-    d = (v && *v && std::string(v) != "0") ? 1 : 0;
+    d = env::flag("DTR_COMM_DEBUG") ? 1 : 0;
     g_debug.store(d);
   }
   return d == 1;
@@ -59,7 +39,7 @@ void set_comm_debug(bool on) { g_debug.store(on ? 1 : 0); }
 void QueuedWork::wait() {
   std::unique_lock<std::mutex> lk(mu_);
   const auto timeout = std::chrono::duration<double>(comm_timeout_s());
-  if (!cv_.wait_for(lk, timeout, [&] { return done_; })) timed_out(what_, group_);
+  if (!cv_.wait_for(lk, timeout, [&] { return done_; })) comm_timed_out(what_, group_);
   if (error_) {
     try {
       std::rethrow_exception(error_);
@@ -102,7 +82,7 @@ WorkQueue::~WorkQueue() {
     // A task stuck in MPI (dead peer) must not hang process exit forever.
     const auto timeout = std::chrono::duration<double>(comm_timeout_s());
     if (!cv_.wait_for(lk, timeout, [&] { return items_.empty(); }))
-      timed_out(items_.front().work->what() + " (draining at group destruction)", group_);
+      comm_timed_out(items_.front().work->what() + " (draining at group destruction)", group_);
   }
   thread_.join();
 }

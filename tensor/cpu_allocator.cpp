@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "tensor/error.h"
+#include "tensor/env_vars.h"
 
 namespace dtr {
 namespace {
@@ -31,23 +32,13 @@ void* map_large(size_t bytes) {
 
 /// DTR_CPU_CACHE_MB (MiB, 0 .. 2^30), or the default. Throws dtr::Error naming the variable.
 int64_t limit_from_env() {
-  const char* e = std::getenv("DTR_CPU_CACHE_MB");
-  if (!e || !*e) return kDefaultCacheLimit;
-  char* end = nullptr;
-  errno = 0;
-  const long long mb = std::strtoll(e, &end, 10);
-  DTR_CHECK(end && *end == '\0' && errno == 0 && mb >= 0 && mb <= (1LL << 30),
-            "DTR_CPU_CACHE_MB must be an integer number of MiB in [0, 2^30], got '", e, "'");
-  return static_cast<int64_t>(mb) << 20;
+  return env::integer("DTR_CPU_CACHE_MB", kDefaultCacheLimit >> 20) << 20;  // range checked there
 }
 
 /// DTR_CPU_ALLOC_POISON=1: every allocation is filled with 0xFF bytes (NaN for floating types,
 /// -1 for integers), so a kernel that reads an output it did not write shows up in the tests
 /// (reused cache blocks hold the previous tensor's bytes; fresh mmap'd ones are zero).
-bool poison_from_env() {
-  const char* e = std::getenv("DTR_CPU_ALLOC_POISON");
-  return e != nullptr && e[0] == '1';
-}
+bool poison_from_env() { return env::flag("DTR_CPU_ALLOC_POISON"); }
 
 class CpuAllocator final : public Allocator {
  public:

@@ -5,6 +5,7 @@
 #include <type_traits>
 
 #include "tensor/ops/cpu/sgemm.h"
+#include "tensor/env_vars.h"
 
 namespace dtr::cpu {
 namespace {
@@ -38,10 +39,7 @@ void gemm(int64_t m, int64_t n, int64_t k, const T* A, int64_t a_rs, int64_t a_c
 #ifdef __AVX512F__
   if constexpr (std::is_same_v<T, float>) {  // dtr's own AVX-512 SGEMM (sgemm.h)
     // DTR_EIGEN_SGEMM=1 in the environment keeps f32 on Eigen (A/B benchmarking on one binary).
-    static const bool eigen = [] {
-      const char* e = std::getenv("DTR_EIGEN_SGEMM");
-      return e != nullptr && e[0] == '1';
-    }();
+    static const bool eigen = env::flag("DTR_EIGEN_SGEMM");
     if (!eigen) {
       sgemm(m, n, k, A, a_rs, a_cs, B, b_rs, b_cs, C, n, accumulate);
       return;

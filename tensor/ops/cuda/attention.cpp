@@ -15,6 +15,7 @@
 #include "tensor/dispatch.h"
 #include "tensor/ops.h"
 #include "tensor/ops/cuda/attention.cuh"
+#include "tensor/env_vars.h"
 
 namespace dtr {
 namespace {
@@ -38,8 +39,7 @@ void copy_strides(int64_t (&dst)[4], const Tensor& t) {
 /// True when DTR_CUDA_SDPA_SIMPLE is set to a value other than "" / "0": the bf16 / f16 forward
 /// then runs the CUDA-core kernel instead of the tensor-core one (for debugging and comparison).
 bool simple_forward_requested() {
-  const char* e = std::getenv("DTR_CUDA_SDPA_SIMPLE");
-  return e != nullptr && e[0] != '\0' && std::strcmp(e, "0") != 0;
+  return env::flag("DTR_CUDA_SDPA_SIMPLE");
 }
 
 /// Makes the tensors' device current for the launch, restoring the previous one afterwards.

@@ -14,6 +14,7 @@
 #include "tensor/dispatch.h"
 #include "tensor/ops.h"
 #include "tensor/ops/cuda/copy.h"
+#include "tensor/env_vars.h"
 
 namespace dtr::cuda {
 namespace {
@@ -216,8 +217,7 @@ Operand operand(const Tensor& t, Tensor& hold) {
 bool allow_tf32() {
   int v = g_tf32.load();
   if (v < 0) {
-    const char* e = std::getenv("DTR_ALLOW_TF32");
-    v = (e && std::string(e) == "1") ? 1 : 0;
+    v = env::flag("DTR_ALLOW_TF32") ? 1 : 0;
     g_tf32.store(v);
   }
   return v == 1;
