@@ -122,6 +122,13 @@ Tensor mm(const Tensor& a, const Tensor& b);
 Tensor bmm(const Tensor& a, const Tensor& b);
 /// torch.matmul: 1-D/2-D/batched with broadcasting of batch dims.
 Tensor matmul(const Tensor& a, const Tensor& b);
+/// One GEMM per group of rows (mixture-of-experts experts; torch._grouped_mm with offsets =
+/// cumulative group_sizes). a [T, K], b [G, K, N] -> [T, N]: rows [o_g, o_g + n_g) of a times
+/// b[g]; or a [K, T], b [T, N] -> [G, K, N]: columns [o_g, o_g + n_g) of a times those rows of
+/// b (the weight-gradient form). group_sizes n_g >= 0 (zero allowed), sum = T. Operands may be
+/// transposed views. Errors: ranks other than 2x3 / 2x2, G != b.size(0), inner dims or sums
+/// that differ, negative sizes, mixed or non-floating dtypes.
+Tensor grouped_mm(const Tensor& a, const Tensor& b, const Shape& group_sizes);
 /// x [..., in] @ w[out, in]^T (+ bias[out]) -> [..., out].
 Tensor linear(const Tensor& x, const Tensor& w, const Tensor& bias = Tensor());
 

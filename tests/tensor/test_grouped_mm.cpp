@@ -1,0 +1,142 @@
+// grouped_mm: both forms against a loop of per-group mm (f64, f32, bf16; empty groups, one group
+// holding every row, transposed operands, groups large enough for the parallel-inside path),
+// backward against finite differences (f64) and the loop's gradients, the transposed-weight
+// gradient layout, and the errors.
+#include <catch2/catch.hpp>
+
+#include "gradcheck.h"
+#include "tensor/random.h"
+
+using namespace dtr;
+using dtr::testing::gradcheck;
+using dtr::testing::max_abs_diff;
+
+namespace {
+// f64: the same dot products as mm in another blocking: a few ulps of values ~sqrt(K).
+constexpr double kF64Tol = 1e-12;
+// f32: per-element sums of K <= 96 products of values in [-1, 1] (~1e-6 relative).
+constexpr double kF32Tol = 2e-5;
+
+Tensor rnd(const Shape& s, DType dt = DType::f64) { return uniform(s, -1, 1, TensorOptions(dt)); }
+
+/// The reference: mm per group, concatenated (2x3) or stacked (2x2).
+Tensor loop_2x3(const Tensor& a, const Tensor& b, const Shape& sizes) {
+  std::vector<Tensor> rows;
+  int64_t off = 0;
+  for (size_t g = 0; g < sizes.size(); ++g) {
+    rows.push_back(mm(a.narrow(0, off, sizes[g]), b.narrow(0, g, 1).squeeze(0)));
+    off += sizes[g];
+  }
+  return cat(rows, 0);
+}
+Tensor loop_2x2(const Tensor& a, const Tensor& b, const Shape& sizes) {
+  std::vector<Tensor> blocks;
+  int64_t off = 0;
+  for (size_t g = 0; g < sizes.size(); ++g) {
+    blocks.push_back(unsqueeze(mm(a.narrow(1, off, sizes[g]), b.narrow(0, off, sizes[g])), 0));
+    off += sizes[g];
+  }
+  return cat(blocks, 0);
+}
+int64_t total(const Shape& s) {
+  int64_t t = 0;
+  for (int64_t v : s) t += v;
+  return t;
+}
+}  // namespace
+
+TEST_CASE("grouped_mm 2x3 equals a loop of per-group mm", "[grouped_mm]") {
+  manual_seed(1);
+  // uneven groups with empty ones, every row in one group, all groups empty but one row
+  for (const Shape& sizes : {Shape{3, 0, 5, 1}, Shape{0, 9, 0}, Shape{1}, Shape{0, 0, 1, 0}}) {
+    const int64_t T = total(sizes), G = static_cast<int64_t>(sizes.size());
+    Tensor a = rnd({T, 7}), b = rnd({G, 7, 6});
+    CHECK(max_abs_diff(grouped_mm(a, b, sizes), loop_2x3(a, b, sizes)) < kF64Tol);
+    Tensor af = to_dtype(a, DType::f32), bf = to_dtype(b, DType::f32);
+    CHECK(max_abs_diff(grouped_mm(af, bf, sizes), loop_2x3(af, bf, sizes)) < kF32Tol);
+    // b as the transposed view of experts stored [G, N, K] (HF's [E, out, in]), a transposed view
+    Tensor w = rnd({G, 6, 7});
+    Tensor at = rnd({7, T}).t();
+    CHECK(max_abs_diff(grouped_mm(at, w.transpose(1, 2), sizes), loop_2x3(at, w.transpose(1, 2), sizes)) < kF64Tol);
+  }
+  // no rows at all
+  CHECK(grouped_mm(rnd({0, 4}), rnd({2, 4, 3}), {0, 0}).sizes() == Shape{0, 3});
+}
+
+TEST_CASE("grouped_mm 2x2 equals a loop of per-group mm", "[grouped_mm]") {
+  manual_seed(2);
+  for (const Shape& sizes : {Shape{3, 0, 5, 1}, Shape{0, 9, 0}, Shape{0, 0}}) {
+    const int64_t T = total(sizes), G = static_cast<int64_t>(sizes.size());
+    Tensor a = rnd({T, 7}).t(), b = rnd({T, 6});  // a as the transpose of activations [T, K]
+    Tensor out = grouped_mm(a, b, sizes);
+    CHECK(out.sizes() == Shape{G, 7, 6});
+    CHECK(max_abs_diff(out, loop_2x2(a, b, sizes)) < kF64Tol);
+    Tensor af = to_dtype(a, DType::f32), bf = to_dtype(b, DType::f32);
+    CHECK(max_abs_diff(grouped_mm(af, bf, sizes), loop_2x2(af, bf, sizes)) < kF32Tol);
+  }
+}
+
+TEST_CASE("grouped_mm large groups (GEMM parallel inside) and many small ones (parallel over groups)",
+          "[grouped_mm]") {
+  manual_seed(3);
+  // 300 x 96 x 128 = 3.7M FLOP per group: above the small-group threshold
+  const Shape big{300, 0, 17};
+  Tensor a = rnd({317, 96}, DType::f32), b = rnd({3, 96, 128}, DType::f32);
+  CHECK(max_abs_diff(grouped_mm(a, b, big), loop_2x3(a, b, big)) < kF32Tol);
+  Tensor g = rnd({317, 64}, DType::f32);
+  CHECK(max_abs_diff(grouped_mm(a.t(), g, big), loop_2x2(a.t(), g, big)) < 1e-4);  // sums of 300 products
+  Shape many(40, 3);
+  many[7] = 0;
+  Tensor a2 = rnd({total(many), 16}, DType::f32), b2 = rnd({40, 16, 24}, DType::f32);
+  CHECK(max_abs_diff(grouped_mm(a2, b2, many), loop_2x3(a2, b2, many)) < kF32Tol);
+}
+
+TEST_CASE("grouped_mm bf16 computes in f32 and rounds once", "[grouped_mm]") {
+  manual_seed(4);
+  const Shape sizes{2, 0, 3};
+  Tensor a = rnd({5, 8}), b = rnd({3, 8, 4});
+  Tensor y = grouped_mm(to_dtype(a, DType::bf16), to_dtype(b, DType::bf16), sizes);
+  CHECK(y.dtype() == DType::bf16);
+  Tensor ref = loop_2x3(to_dtype(to_dtype(a, DType::bf16), DType::f64), to_dtype(to_dtype(b, DType::bf16), DType::f64), sizes);
+  // one bf16 rounding of values |y| <= 8: 2^-8 relative
+  CHECK(max_abs_diff(to_dtype(y, DType::f64), ref) < 8.0 / 256);
+}
+
+TEST_CASE("grouped_mm backward matches finite differences", "[grouped_mm][grad]") {
+  manual_seed(5);
+  const Shape sizes{2, 0, 3, 1};
+  auto f23 = [sizes](const std::vector<Tensor>& v) { return grouped_mm(v[0], v[1], sizes); };
+  CHECK(gradcheck(f23, {rnd({6, 5}).set_requires_grad(true), rnd({4, 5, 3}).set_requires_grad(true)}) == "");
+  // the transposed-weight form (experts stored [G, N, K])
+  auto f23t = [sizes](const std::vector<Tensor>& v) { return grouped_mm(v[0], v[1].transpose(1, 2), sizes); };
+  CHECK(gradcheck(f23t, {rnd({6, 5}).set_requires_grad(true), rnd({4, 3, 5}).set_requires_grad(true)}) == "");
+  auto f22 = [sizes](const std::vector<Tensor>& v) { return grouped_mm(v[0].t(), v[1], sizes); };
+  CHECK(gradcheck(f22, {rnd({6, 5}).set_requires_grad(true), rnd({6, 3}).set_requires_grad(true)}) == "");
+}
+
+TEST_CASE("grouped_mm gradients equal the per-group loop's; weight gradient in the weight's layout",
+          "[grouped_mm][grad]") {
+  manual_seed(6);
+  const Shape sizes{4, 0, 2};
+  Tensor a = rnd({6, 5}).set_requires_grad(true), w = rnd({3, 7, 5}).set_requires_grad(true);
+  Tensor wt = rnd({6, 7});
+  sum(mul(grouped_mm(a, w.transpose(1, 2), sizes), wt)).backward();
+  Tensor a2 = a.detach().clone().set_requires_grad(true), w2 = w.detach().clone().set_requires_grad(true);
+  sum(mul(loop_2x3(a2, w2.transpose(1, 2), sizes), wt)).backward();
+  CHECK(max_abs_diff(a.grad(), a2.grad()) < kF64Tol);
+  CHECK(max_abs_diff(w.grad(), w2.grad()) < kF64Tol);
+  CHECK(w.grad().is_contiguous());  // formed transposed, no copy before the optimizer / FSDP
+  // the empty group's weight gets a zero gradient (not undefined, not garbage)
+  CHECK(max_abs_diff(w.grad().narrow(0, 1, 1), zeros({1, 7, 5}, TensorOptions(DType::f64))) == 0.0);
+}
+
+TEST_CASE("grouped_mm errors name the shapes", "[grouped_mm]") {
+  Tensor a = rnd({5, 4}), b = rnd({2, 4, 3});
+  CHECK_THROWS_WITH(grouped_mm(a, b, {2, 2}), Catch::Contains("sum to 4") && Catch::Contains("5 rows"));
+  CHECK_THROWS_WITH(grouped_mm(a, b, {5}), Catch::Contains("2 groups but 1 group sizes"));
+  CHECK_THROWS_WITH(grouped_mm(a, rnd({2, 3, 3}), {2, 3}), Catch::Contains("inner dims differ"));
+  CHECK_THROWS_WITH(grouped_mm(a, b, {6, -1}), Catch::Contains("negative group size"));
+  CHECK_THROWS_WITH(grouped_mm(a, to_dtype(b, DType::f32), {2, 3}), Catch::Contains("dtype"));
+  CHECK_THROWS_WITH(grouped_mm(rnd({4}), b, {2, 3}), Catch::Contains("expected a 2-d"));
+  CHECK_THROWS_WITH(grouped_mm(a.t(), rnd({5, 3}), {2, 2}), Catch::Contains("shared dim"));
+}
