@@ -6,12 +6,12 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <optional>
-#include <regex>
 #include <set>
 
 #include "models/formats/mapped_file.h"
 #include "models/formats/safetensors.h"
 #include "models/llama/load.h"
+#include "models/lora/module_matcher.h"
 #include "tensor/autograd/grad_mode.h"
 #include "tensor/ops.h"
 
@@ -28,13 +28,6 @@ constexpr const char* kConfig = "adapter_config.json";
 std::string leaf_name(const std::string& fqn) {
   const size_t dot = fqn.rfind('.');
   return dot == std::string::npos ? fqn : fqn.substr(dot + 1);
-}
-
-/// PEFT's check_target_module_exists for the list form.
-bool peft_list_matches(const std::vector<std::string>& targets, const std::string& fqn) {
-  for (const auto& t : targets)
-    if (fqn == t || (fqn.size() > t.size() && fqn.ends_with(t) && fqn[fqn.size() - t.size() - 1] == '.')) return true;
-  return false;
 }
 
 std::string regex_escape(const std::string& s) {
@@ -136,8 +129,9 @@ void save_peft_adapter(nn::Module& model, const std::string& dir, const std::str
   // Short names are PEFT's usual form; use them when they select exactly the adapted modules.
   const std::vector<std::string> names(leaves.begin(), leaves.end());
   std::set<std::string> selected;
+  const ModuleMatcher short_names = ModuleMatcher::list(names, "save_peft_adapter(" + dir + ")");
   for (const auto& fqn : linear_fqns(model))
-    if (peft_list_matches(names, fqn)) selected.insert(fqn);
+    if (short_names.matches(fqn)) selected.insert(fqn);
   json targets;
   if (selected == adapted) {
     targets = names;
@@ -181,16 +175,11 @@ std::vector<std::string> load_peft_adapter(nn::Module& model, const std::string&
   const std::string wpath = (std::filesystem::path(dir) / kWeights).string();
   DTR_CHECK(lora_modules(model).empty(), "load_peft_adapter(", dir, "): the model already has LoRA modules");
   std::vector<std::string> targets;
-  std::optional<std::regex> re;
-  if (!c.target_regex.empty()) {
-    try {
-      re.emplace(c.target_regex);
-    } catch (const std::regex_error& e) {
-      DTR_ERROR(dir, "/", kConfig, ": target_modules regex \"", c.target_regex, "\" is invalid: ", e.what());
-    }
-  }
+  const std::string where = (std::filesystem::path(dir) / kConfig).string();
+  const ModuleMatcher matcher = c.target_regex.empty() ? ModuleMatcher::list(c.target_modules, where)
+                                                       : ModuleMatcher::regex(c.target_regex, where);
   for (const auto& fqn : linear_fqns(model))
-    if (re ? std::regex_match(fqn, *re) : peft_list_matches(c.target_modules, fqn)) targets.push_back(fqn);
+    if (matcher.matches(fqn)) targets.push_back(fqn);
   DTR_CHECK(!targets.empty(), dir, "/", kConfig, ": target_modules selects no Linear module of the model");
 
   const safetensors::TensorMap sd = safetensors::load_file(wpath);

@@ -217,5 +217,16 @@ TEST_CASE("PEFT: bad adapter configs and files") {
   write(bad);
   CHECK_THROWS_WITH(load_peft_adapter(*fresh(), dir.path.string()),
                     Catch::Contains("lora_A.weight") && Catch::Contains("target_modules of adapter_config.json does not"));
+  // A regex that makes a backtracking matcher run for ever (std::regex did, before
+  // ModuleMatcher): answered at once, it selects nothing.
+  bad = c;
+  bad["target_modules"] = "(.*.*)*q_projX";
+  write(bad);
+  CHECK_THROWS_WITH(load_peft_adapter(*fresh(), dir.path.string()),
+                    Catch::Contains("adapter_config.json") && Catch::Contains("selects no Linear module"));
+  bad["target_modules"] = "(q_proj";
+  write(bad);
+  CHECK_THROWS_WITH(load_peft_adapter(*fresh(), dir.path.string()),
+                    Catch::Contains("adapter_config.json") && Catch::Contains("does not compile"));
   CHECK_THROWS_WITH(save_peft_adapter(*fresh(), dir.file("x")), Catch::Contains("no LoRALinear"));
 }
