@@ -87,11 +87,6 @@ FSDPParamGroup::FSDPParamGroup(nn::Module& module, std::vector<std::pair<std::ve
     p.trainable = t.requires_grad();
     p.shard_offset = shard_numel_;
     shard_numel_ += p.padded_numel();
-    if (p.trainable) {
-      p.grad_offset = grad_numel_;
-      grad_numel_ += p.padded_numel();
-      ++num_trainable_;
-    }
     Placements pl;
     if (dp_dims == 2) pl.push_back(Replicate());
     // TP also splitting dim 0 (colwise): the dp shard of the TP-local rows is a strided shard of
@@ -123,15 +118,50 @@ FSDPParamGroup::FSDPParamGroup(nn::Module& module, std::vector<std::pair<std::ve
     buf.storage()->resize_(0);
     p.unsharded = p.tp_spec ? make_dtensor(buf, *p.tp_spec) : buf;
     p.unsharded.set_name(p.fqns[0]);
-    if (p.trainable) {
-      p.unsharded.set_requires_grad(true);
+  }
+  layout_grads();
+  register_tensors(false);
+}
+
+void FSDPParamGroup::layout_grads() {
+  grad_numel_ = 0;
+  num_trainable_ = 0;
+  for (size_t i = 0; i < params_.size(); ++i) {
+    FSDPParam& p = params_[i];
+    p.grad_offset = -1;
+    if (!p.trainable) continue;
+    p.unsharded.set_requires_grad(true);
+    if (!p.hooked) {  // the hook stays when the parameter is frozen later (it then gets no gradient)
       const int idx = static_cast<int>(i);
       p.unsharded.register_post_accumulate_grad_hook([this, idx](Tensor&) {
-        if (on_grad_ready) on_grad_ready(idx);
+        if (on_grad_ready && params_[idx].trainable) on_grad_ready(idx);
       });
+      p.hooked = true;
     }
+    p.grad_offset = grad_numel_;
+    grad_numel_ += p.padded_numel();
+    ++num_trainable_;
   }
-  register_tensors(false);
+}
+
+void FSDPParamGroup::sync_requires_grad() {
+  bool changed = false;
+  for (FSDPParam& p : params_) {
+    const bool leaf_rg = p.unsharded.requires_grad();
+    const bool want = leaf_rg != p.trainable ? leaf_rg : p.sharded.requires_grad();
+    if (want == p.trainable) continue;
+    DTR_CHECK(want || (!p.acc_grad.defined() && !p.unsharded.grad().defined()), "fully_shard(", label_,
+              "): requires_grad of \"", p.fqns[0], "\" was set to false while the parameter holds unsynced ",
+              "accumulated gradients (set_requires_gradient_sync(false)); change requires_grad between optimizer "
+              "steps, after a synced backward");
+    DTR_CHECK(!reduce_pending(), "fully_shard(", label_, "): requires_grad of \"", p.fqns[0],
+              "\" changed while a gradient reduction is pending");
+    p.trainable = want;
+    p.sharded.set_requires_grad(want);
+    p.unsharded.set_requires_grad(want);
+    changed = true;
+  }
+  if (changed) layout_grads();
 }
 
 FSDPParamGroup::~FSDPParamGroup() {

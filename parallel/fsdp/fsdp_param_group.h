@@ -30,7 +30,8 @@ struct FSDPParam {
   int64_t local_rows = 0;         // this rank's real rows (torch.chunk)
   int64_t shard_offset = 0;       // element offset in the flat shard buffer (one rank's segment)
   int64_t grad_offset = -1;       // element offset in one rank's reduce-scatter segment (-1: frozen)
-  bool trainable = false;
+  bool hooked = false;            // the post-accumulate-grad hook is registered on `unsharded`
+  bool trainable = false;         // reduced by the unit (requires_grad as of the unit's last pre-forward)
   std::optional<DTensorSpec> spec;  // Shard(0) (HSDP: Replicate x Shard(0)); FSDP + TP: x TP placement
   std::optional<DTensorSpec> tp_spec;  // FSDP + TP: the parameter's TP spec (1-d tp mesh), else none
   Tensor sharded;                 // the DTensor parameter (leaf) the optimizer steps
@@ -83,6 +84,14 @@ class FSDPParamGroup {
   /// sharded parameters' .grad (Shard(0) DTensors in the parameter dtype).
   void finish_reduce_apply();
   bool reduce_pending() const { return rs_work_ != nullptr || ar_work_ != nullptr || rs_out_.defined(); }
+  /// Re-derives which parameters the unit reduces from their requires_grad, so a parameter
+  /// frozen or unfrozen after fully_shard is honoured (FSDP2 semantics): the sharded DTensor's
+  /// flag decides (the unsharded leaf's when only that one was changed, e.g. while the root
+  /// stayed gathered after an eval forward); both are then set alike and the reduce-scatter
+  /// layout is rebuilt. fully_shard calls it at every pre-forward, so a change takes effect from
+  /// the unit's next forward. Errors: freezing a parameter that holds unsynced accumulated
+  /// gradients (set_requires_gradient_sync(false)); a change while a reduction is pending.
+  void sync_requires_grad();
   /// Unsynced micro-step: moves the unsharded gradients into reduce_dtype accumulators when
   /// reduce_dtype differs from param_dtype (otherwise they stay on the unsharded leaves).
   void accumulate_unsynced();
@@ -102,6 +111,9 @@ class FSDPParamGroup {
 
  private:
   void register_tensors(bool unsharded);
+  /// Assigns grad_offset to the trainable parameters (their unsharded leaves require grad and
+  /// carry the readiness hook); sets grad_numel_ and num_trainable_.
+  void layout_grads();
 
   nn::Module& module_;
   DeviceMesh mesh_;

@@ -160,6 +160,7 @@ void FSDPState::pre_forward(std::vector<Tensor>& inputs) {
     ctx->post_fwd.clear();
     ctx->finalized = false;
   }
+  group->sync_requires_grad();  // requires_grad changed since the last forward (FSDP2 honours it)
   ready.assign(group->params().size(), false);
   n_ready = 0;
   post_backward_done = false;

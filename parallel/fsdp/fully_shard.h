@@ -23,6 +23,9 @@
 // reduce_dtype (async; HSDP adds an all_reduce over the replicate dim), averaged over the dp
 // size and added into the sharded parameters' .grad (Shard(0) DTensors). Frozen parameters are
 // gathered but never reduced; a unit without trainable parameters issues no reduce-scatter.
+// requires_grad changed after fully_shard is honoured from the unit's next forward (FSDP2):
+// a parameter frozen later is no longer reduced (so the optimizer never moves it again), one
+// unfrozen later is reduced from then on (FSDPParamGroup::sync_requires_grad).
 //
 // FSDP + TP: when `mesh` has a dim named "tp" (last; MeshContext's name) the module's
 // parameters may be tensor-parallel DTensors on mesh["tp"] (after parallelize_module). The dims

@@ -13,6 +13,7 @@
 #include "dtensor/api.h"
 #include "parallel/activation_checkpoint.h"
 #include "parallel/fsdp/fully_shard.h"
+#include "parallel/tensor_parallel/style.h"
 #include "runtime/env.h"
 #include "tensor/nn/embedding.h"
 #include "tensor/nn/linear.h"
@@ -67,6 +68,15 @@ struct TinyNet : nn::Module {
 inline std::shared_ptr<TinyNet> make_net(uint64_t seed = 1234, int n_layers = 2) {
   manual_seed(seed);
   return std::make_shared<TinyNet>(n_layers);
+}
+
+/// The TP plan of the tiny model: embedding rowwise (vocab rows), fc1 colwise, fc2 rowwise,
+/// head colwise with replicated logits. Norm weights stay plain (replicated over tp).
+inline ParallelizePlan tiny_tp_plan() {
+  return {{"emb", std::make_shared<RowwiseParallel>(Replicate(), Replicate())},
+          {"layers.*.fc1", std::make_shared<ColwiseParallel>()},
+          {"layers.*.fc2", std::make_shared<RowwiseParallel>()},
+          {"head", std::make_shared<ColwiseParallel>(Replicate(), Replicate(), true)}};
 }
 
 /// Rows [begin, end) of the global batch of `step`: ids [rows, kSeq] and targets [rows * kSeq].

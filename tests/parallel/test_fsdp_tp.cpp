@@ -5,7 +5,6 @@
 // TP-local parameters; mismatched meshes are clear errors.
 // Meshes: 1 rank 1x1; 2 ranks 2x1, 1x2; 3 ranks 3x1, 1x3; 4 ranks 2x2 and HSDP 2x1x2.
 #include "gradcheck.h"
-#include "parallel/tensor_parallel/style.h"
 #include "parallel_test_util.h"
 
 using namespace dtr;
@@ -18,15 +17,6 @@ namespace {
 /// Measured max |param diff| 1.2e-7 (2 ranks) / 6e-8 (3, 4 ranks); 2e-6 is 0.02% of one step (lr 1e-2).
 constexpr double kParamTol = 2e-6;
 constexpr double kLossRelTol = 1e-6;
-
-/// The TP plan of the tiny model: embedding rowwise (vocab rows), fc1 colwise, fc2 rowwise,
-/// head colwise with replicated logits. Norm weights stay plain (replicated over tp).
-ParallelizePlan tiny_tp_plan() {
-  return {{"emb", std::make_shared<RowwiseParallel>(Replicate(), Replicate())},
-          {"layers.*.fc1", std::make_shared<ColwiseParallel>()},
-          {"layers.*.fc2", std::make_shared<RowwiseParallel>()},
-          {"head", std::make_shared<ColwiseParallel>(Replicate(), Replicate(), true)}};
-}
 
 struct MeshSpec {
   int64_t rep, dp, tp;
