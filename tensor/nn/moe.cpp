@@ -1,0 +1,239 @@
+// MoE block (see moe.h).
+#include "tensor/nn/moe.h"
+
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+
+#include "tensor/autograd/grad_mode.h"
+#include "tensor/ops.h"
+
+namespace dtr::nn {
+namespace {
+
+/// int64 tensor of `v` on `device`.
+Tensor index_tensor(const std::vector<int64_t>& v, Device device) {
+  Tensor t = from_vector<int64_t>(v, {static_cast<int64_t>(v.size())});
+  return device.is_cpu() ? t : t.to(device);
+}
+
+/// Routing of N tokens: the top-k experts of each (ties: lower index first), the order of the
+/// token copies sorted by expert and its inverse.
+struct Routing {
+  std::vector<int64_t> score_index;  // [N*k]: t * E + e of slot t*k + j (into the flat scores)
+  std::vector<int64_t> sorted_token;  // [N*k]: token of sorted position p
+  std::vector<int64_t> slot_position;  // [N*k]: sorted position of slot s
+  Shape counts;                        // [E]
+};
+
+Routing route_on_host(const Tensor& scores, int64_t k) {
+  const int64_t N = scores.size(0), E = scores.size(1);
+  const std::vector<double> s = to_dtype(scores.detach().to(Device::cpu()), DType::f64).to_vector<double>();
+  Routing r;
+  r.score_index.resize(N * k);
+  r.counts.assign(E, 0);
+  std::vector<int64_t> idx(E);
+  for (int64_t t = 0; t < N; ++t) {
+    const double* row = s.data() + t * E;
+    std::iota(idx.begin(), idx.end(), 0);
+    std::partial_sort(idx.begin(), idx.begin() + k, idx.end(),
+                      [row](int64_t a, int64_t b) { return row[a] > row[b] || (row[a] == row[b] && a < b); });
+    for (int64_t j = 0; j < k; ++j) {
+      r.score_index[t * k + j] = t * E + idx[j];
+      ++r.counts[idx[j]];
+    }
+  }
+  // Stable counting sort of the slots by expert.
+  std::vector<int64_t> next(E, 0);
+  for (int64_t e = 1; e < E; ++e) next[e] = next[e - 1] + r.counts[e - 1];
+  r.sorted_token.resize(N * k);
+  r.slot_position.resize(N * k);
+  for (int64_t slot = 0; slot < N * k; ++slot) {
+    const int64_t e = r.score_index[slot] % E;
+    const int64_t p = next[e]++;
+    r.sorted_token[p] = slot / k;
+    r.slot_position[slot] = p;
+  }
+  return r;
+}
+
+/// Experts' SwiGLU MLP on rows sorted by expert: w1 [G, 2I, H], w2 [G, H, I].
+Tensor expert_mlp(const Tensor& x, const Shape& counts, const Tensor& w1, const Tensor& w2) {
+  const int64_t I = w1.size(1) / 2;
+  const Tensor gu = grouped_mm(x, w1.transpose(1, 2), counts);
+  return grouped_mm(swiglu(gu.narrow(1, 0, I), gu.narrow(1, I, I)), w2.transpose(1, 2), counts);
+}
+
+}  // namespace
+
+void MoEConfig::validate() const {
+  DTR_CHECK(hidden_size > 0 && moe_intermediate_size > 0, "MoE: hidden_size=", hidden_size,
+            " and moe_intermediate_size=", moe_intermediate_size, " must be > 0");
+  DTR_CHECK(num_experts > 0, "MoE: num_experts=", num_experts, " must be > 0");
+  DTR_CHECK(num_experts_per_tok > 0 && num_experts_per_tok <= num_experts, "MoE: num_experts_per_tok=",
+            num_experts_per_tok, " must be in [1, num_experts=", num_experts, "]");
+  DTR_CHECK(score_func == "softmax" || score_func == "sigmoid", "MoE: score_func='", score_func,
+            "': expected softmax or sigmoid");
+  DTR_CHECK(hidden_act == "silu", "MoE: hidden_act='", hidden_act, "': only silu (SwiGLU experts) is built");
+}
+
+TopKRouter::TopKRouter(int64_t num_experts, int64_t hidden_size, DType dtype) {
+  register_parameter("weight", zeros({num_experts, hidden_size}, TensorOptions(dtype)));
+}
+
+GroupedExperts::GroupedExperts(int64_t E, int64_t H, int64_t I, DType dtype, bool init)
+    : num_experts(E), hidden_size(H), intermediate_size(I) {
+  DTR_CHECK(E > 0 && H > 0 && I > 0, "GroupedExperts: sizes must be > 0 (experts ", E, ", hidden ", H,
+            ", intermediate ", I, ")");
+  const TensorOptions opt(dtype);
+  if (init) {
+    const double b1 = 1.0 / std::sqrt(static_cast<double>(H)), b2 = 1.0 / std::sqrt(static_cast<double>(I));
+    register_parameter("gate_up_proj", uniform({E, 2 * I, H}, -b1, b1, opt));
+    register_parameter("down_proj", uniform({E, H, I}, -b2, b2, opt));
+  } else {
+    register_parameter("gate_up_proj", zeros({E, 2 * I, H}, opt));
+    register_parameter("down_proj", zeros({E, H, I}, opt));
+  }
+}
+
+std::vector<Tensor> GroupedExperts::forward_list(const std::vector<Tensor>& in) {
+  DTR_CHECK(in.size() == 2 && in[1].dtype() == DType::i64 && in[1].device().is_cpu() && in[1].dim() == 1,
+            "GroupedExperts: expected inputs {x [M, hidden], counts (int64 CPU [num_experts])}");
+  const Tensor& x = in[0];
+  DTR_CHECK(x.dim() == 2 && x.size(1) == hidden_size, "GroupedExperts: x ", x.sizes(), " (expected [M, ", hidden_size,
+            "])");
+  const Shape counts = in[1].contiguous().to_vector<int64_t>();
+  DTR_CHECK(static_cast<int64_t>(counts.size()) == num_experts, "GroupedExperts: ", counts.size(),
+            " counts for ", num_experts, " experts");
+  Tensor w1 = parameter("gate_up_proj"), w2 = parameter("down_proj");
+  if (!dispatcher_) return {expert_mlp(x, counts, w1, w2)};
+  auto [xl, local_counts] = dispatcher_->dispatch(x, counts);
+  const Tensor y = expert_mlp(xl, local_counts, dispatcher_->local_experts(w1), dispatcher_->local_experts(w2));
+  return {dispatcher_->combine(y)};
+}
+
+MoE::MoE(const MoEConfig& c, DType dtype, bool init, std::shared_ptr<Module> shared_expert, bool shared_expert_gate)
+    : config_(c) {
+  c.validate();
+  register_module("gate", std::make_shared<TopKRouter>(c.num_experts, c.hidden_size, dtype));
+  register_module("experts",
+                  std::make_shared<GroupedExperts>(c.num_experts, c.hidden_size, c.moe_intermediate_size, dtype, init));
+  if (shared_expert) register_module("shared_expert", shared_expert);
+  if (shared_expert_gate) {
+    DTR_CHECK(shared_expert != nullptr, "MoE: shared_expert_gate without a shared_expert");
+    register_module("shared_expert_gate", std::make_shared<Linear>(c.hidden_size, 1, false, dtype, init));
+  }
+}
+
+std::shared_ptr<GroupedExperts> MoE::experts() const {
+  for (auto& [n, m] : named_children())
+    if (n == "experts") return std::static_pointer_cast<GroupedExperts>(m);
+  DTR_ERROR("MoE: no experts module");
+}
+
+std::shared_ptr<TopKRouter> MoE::gate() const {
+  for (auto& [n, m] : named_children())
+    if (n == "gate") return std::static_pointer_cast<TopKRouter>(m);
+  DTR_ERROR("MoE: no gate module");
+}
+
+Tensor MoE::forward(const Tensor& x) {
+  const MoEConfig& c = config_;
+  DTR_CHECK(!x.is_distributed(), "MoE: the input is a distributed tensor; the MoE block runs on local tokens ",
+            "(a tensor-parallel plan must hand it a plain tensor)");
+  DTR_CHECK(x.dim() >= 1 && x.size(-1) == c.hidden_size, "MoE: input ", x.sizes(), " (expected [..., ", c.hidden_size,
+            "])");
+  const int64_t E = c.num_experts, k = c.num_experts_per_tok, H = c.hidden_size;
+  const Tensor x2 = reshape(x, {-1, H});
+  const int64_t N = x2.size(0);
+
+  const Tensor logits = linear(x2, gate()->weight());  // [N, E]
+  const Tensor lf = is_low_precision(logits.dtype()) ? logits.to(DType::f32) : logits;
+  const Tensor scores = c.score_func == "softmax" ? softmax(lf, -1) : sigmoid(lf);
+  const Routing r = route_on_host(scores, k);
+
+  // Router statistics for the auxiliary losses.
+  stats_.tokens_per_expert = r.counts;
+  stats_.num_tokens = N;
+  stats_.prob_sum = sum(c.score_func == "softmax" ? scores : div(scores, sum(scores, {1}, true)), {0});
+  {
+    Tensor m;
+    {
+      NoGradGuard ng;
+      m = amax(lf, {1}, true);
+    }
+    const Tensor lse = add(log(sum(exp(sub(lf, m)), {1})), reshape(m, {N}));
+    stats_.z_sum = sum(mul(lse, lse));
+  }
+
+  // Top-k weights gathered from the scores (a row gather of the flat scores, differentiable).
+  Tensor w = reshape(embedding(index_tensor(r.score_index, x.device()), reshape(scores, {N * E, 1})), {N, k});
+  if (c.norm_topk_prob) w = div(w, sum(w, {1}, true));
+  if (w.dtype() != x.dtype()) w = w.to(x.dtype());
+
+  // Token copies sorted by expert -> experts -> back to (token, slot) order, weighted sum.
+  const Tensor xs = embedding(index_tensor(r.sorted_token, x.device()), x2);
+  const Tensor counts = from_vector<int64_t>(r.counts, {E});
+  const Tensor ys = experts()->call_list({xs, counts}).at(0);
+  const Tensor y_slots = reshape(embedding(index_tensor(r.slot_position, x.device()), ys), {N, k, H});
+  Tensor out = sum(mul(y_slots, unsqueeze(w, 2)), {1});
+
+  if (has_module("shared_expert")) {
+    Tensor s = get_submodule("shared_expert")->call(x2);
+    if (has_module("shared_expert_gate")) s = mul(sigmoid(get_submodule("shared_expert_gate")->call(x2)), s);
+    out = add(out, s);
+  }
+  return reshape(out, x.sizes());
+}
+
+std::vector<std::shared_ptr<MoE>> moe_modules(Module& model) {
+  std::vector<std::shared_ptr<MoE>> out;
+  for (auto& [fqn, m] : model.named_modules())
+    if (auto p = std::dynamic_pointer_cast<MoE>(m)) out.push_back(p);
+  return out;
+}
+
+Tensor load_balancing_loss(const std::vector<RouterStats>& stats) {
+  DTR_CHECK(!stats.empty(), "load_balancing_loss: no router statistics (run the model forward first)");
+  const size_t E = stats[0].tokens_per_expert.size();
+  std::vector<double> f(E, 0.0);
+  int64_t n = 0;
+  Tensor p;
+  for (const RouterStats& s : stats) {
+    DTR_CHECK(s.tokens_per_expert.size() == E && s.prob_sum.defined(), "load_balancing_loss: router stats of ",
+              s.tokens_per_expert.size(), " experts beside ", E, " (or a router that did not run)");
+    for (size_t e = 0; e < E; ++e) f[e] += static_cast<double>(s.tokens_per_expert[e]);
+    n += s.num_tokens;
+    p = p.defined() ? add(p, s.prob_sum) : s.prob_sum;
+  }
+  const double scale = static_cast<double>(E) / (static_cast<double>(n) * static_cast<double>(n));
+  const Tensor fe = from_vector<double>(f, {static_cast<int64_t>(E)}).to(p.dtype());
+  return mul(sum(mul(fe.device() == p.device() ? fe : fe.to(p.device()), p)), scale);
+}
+
+Tensor router_z_loss(const std::vector<RouterStats>& stats) {
+  DTR_CHECK(!stats.empty(), "router_z_loss: no router statistics (run the model forward first)");
+  Tensor z;
+  int64_t n = 0;
+  for (const RouterStats& s : stats) {
+    DTR_CHECK(s.z_sum.defined(), "router_z_loss: a router that did not run");
+    z = z.defined() ? add(z, s.z_sum) : s.z_sum;
+    n += s.num_tokens;
+  }
+  return div(z, static_cast<double>(n));
+}
+
+Tensor moe_auxiliary_loss(Module& model, double aux_coef, double z_coef) {
+  std::vector<RouterStats> stats;
+  for (const auto& m : moe_modules(model)) stats.push_back(m->last_router_stats());
+  if (stats.empty() || (aux_coef == 0.0 && z_coef == 0.0)) return Tensor();
+  Tensor loss;
+  if (aux_coef != 0.0) loss = mul(load_balancing_loss(stats), aux_coef);
+  if (z_coef != 0.0) {
+    const Tensor z = mul(router_z_loss(stats), z_coef);
+    loss = loss.defined() ? add(loss, z) : z;
+  }
+  return loss;
+}
+
+}  // namespace dtr::nn
