@@ -62,8 +62,10 @@ struct DatasetRecipe {
 struct StepSchedulerRecipe {
   int64_t global_batch_size = 8;
   int64_t local_batch_size = 1;
-  int64_t max_steps = 0;  // 0 = num_epochs * batches per epoch
-  int64_t num_epochs = 1;
+  // Training stops at whichever comes first (NeMo Automodel's StepScheduler and its default of
+  // 10 epochs): num_epochs epochs or max_steps optimizer steps.
+  int64_t max_steps = 0;  // 0 = no step cap (num_epochs * batches per epoch)
+  int64_t num_epochs = 10;
   int64_t ckpt_every_steps = 0;  // 0 = only at the end
   int64_t val_every_steps = 0;   // 0 = only at the end (when a validation set is given)
   int64_t val_batches = 0;       // 0 = every full validation batch

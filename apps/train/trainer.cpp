@@ -1,5 +1,6 @@
 #include "apps/train/trainer.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -153,7 +154,13 @@ struct Trainer {
     data::DistributedSampler sampler(static_cast<int64_t>(train_set.size()), st.global_batch_size,
                                      static_cast<int>(ctx.dp_rank()), static_cast<int>(plan.dp_size), r.seed,
                                      r.dataset.shuffle);
-    const int64_t total_steps = st.max_steps > 0 ? st.max_steps : st.num_epochs * sampler.batches_per_epoch();
+    // NeMo Automodel's StepScheduler: training stops at whichever comes first, num_epochs
+    // epochs or max_steps optimizer steps (0 = no step cap).
+    const int64_t epoch_steps = st.num_epochs * sampler.batches_per_epoch();
+    const int64_t total_steps = st.max_steps > 0 ? std::min(st.max_steps, epoch_steps) : epoch_steps;
+    note("schedule: " + std::to_string(total_steps) + " steps (" + std::to_string(sampler.batches_per_epoch()) +
+         " per epoch; num_epochs " + std::to_string(st.num_epochs) +
+         (st.max_steps > 0 ? ", max_steps " + std::to_string(st.max_steps) : std::string()) + ")");
     auto sched = make_scheduler(r, optimizer, total_steps);
     manual_seed(r.seed + 2);  // dropout stream
 

@@ -45,20 +45,17 @@ std::vector<int64_t> DistributedSampler::global_batch(uint64_t epoch, int64_t b)
 }
 
 std::vector<int64_t> DistributedSampler::next() {
-  if (state_.batch >= batches_per_epoch()) {
-    ++state_.epoch;
-    state_.batch = 0;
-  }
   const auto& p = perm(state_.epoch);
   const int64_t start = state_.batch * global_batch_ + dp_rank_ * local_batch_size();
-  ++state_.batch;
-  return std::vector<int64_t>(p.begin() + start, p.begin() + start + local_batch_size());
+  std::vector<int64_t> out(p.begin() + start, p.begin() + start + local_batch_size());
+  if (++state_.batch == batches_per_epoch()) state_ = {state_.epoch + 1, 0};
+  return out;
 }
 
 void DistributedSampler::load_state(const SamplerState& s) {
   DTR_CHECK(s.batch >= 0 && s.batch <= batches_per_epoch(), "DistributedSampler: saved batch ", s.batch,
             " outside [0, ", batches_per_epoch(), "]");
-  state_ = s;
+  state_ = s.batch == batches_per_epoch() ? SamplerState{s.epoch + 1, 0} : s;
 }
 
 nlohmann::json DistributedSampler::state_dict() const {

@@ -3,8 +3,12 @@
 // batch, so the union over ranks (in rank order) is the single-process batch whatever the dp
 // size. Each epoch is a permutation of [0, num_samples) by Fisher-Yates driven by splitmix64
 // seeded with (seed, epoch); batches are consecutive runs of global_batch_size indices of that
-// permutation; the incomplete last batch is dropped. The position (epoch, batch) can be saved
-// and restored, and a restored sampler continues with exactly the batches that would have come.
+// permutation; the incomplete last batch is dropped. As with PyTorch's DistributedSampler +
+// set_epoch, the order of an epoch depends only on (seed, epoch), never on what ran before, so
+// every epoch is reshuffled and a resumed run sees the same orders. The position (epoch, batch)
+// is always the batch next() returns (after the last batch of epoch e it is (e + 1, 0)); it can
+// be saved and restored, and a restored sampler continues with exactly the batches that would
+// have come, across epoch boundaries too.
 #include <cstdint>
 #include <nlohmann/json.hpp>
 #include <vector>
@@ -29,7 +33,7 @@ std::vector<int64_t> epoch_permutation(int64_t n, uint64_t seed, uint64_t epoch,
 
 struct SamplerState {
   uint64_t epoch = 0;
-  int64_t batch = 0;  // next batch index within the epoch
+  int64_t batch = 0;  // next batch index within the epoch, in [0, batches_per_epoch)
   bool operator==(const SamplerState& o) const { return epoch == o.epoch && batch == o.batch; }
 };
 
@@ -43,11 +47,17 @@ class DistributedSampler {
   int64_t local_batch_size() const { return global_batch_ / dp_size_; }
   /// The whole global batch `b` of `epoch` (same on every rank).
   std::vector<int64_t> global_batch(uint64_t epoch, int64_t b) const;
-  /// This rank's slice of the current global batch; advances, moving to the next epoch after
-  /// the last batch.
+  /// This rank's slice of the global batch at state(); advances, to (epoch + 1, 0) after the
+  /// last batch of an epoch.
   std::vector<int64_t> next();
+  /// The position of the batch next() returns: global_batch(state().epoch, state().batch) is
+  /// the global batch that next() slices.
   SamplerState state() const { return state_; }
-  /// Errors: batch outside [0, batches_per_epoch()].
+  /// Moves to the first batch of `epoch` (PyTorch: DistributedSampler.set_epoch).
+  void set_epoch(uint64_t epoch) { state_ = {epoch, 0}; }
+  /// Errors: batch outside [0, batches_per_epoch()]; batch == batches_per_epoch() (an epoch
+  /// finished, as checkpoints written before states were normalised say) is read as
+  /// (epoch + 1, 0).
   void load_state(const SamplerState& s);
   /// {"epoch", "batch", "seed", "num_samples", "global_batch_size"}.
   nlohmann::json state_dict() const;

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # End-to-end tests of dtr-train on the CI recipes (configs/ci/*.yaml), run from the repo root:
-#   train_e2e.sh meshes|resume|errors DTR_TRAIN COMPARE_METRICS [MPIRUN]
+#   train_e2e.sh meshes|resume|epochs|errors DTR_TRAIN COMPARE_METRICS [MPIRUN]
 # meshes: the same 20-step LoRA recipe on 1 rank, dp 2 (FSDP), tp 2, tp 3, HSDP 2x2, dp 2 x tp 2
 #         and tp 2 with sequence parallelism
 #         gives the same loss sequence within LOSS_RTOL (f32; see below). dp 2 x tp 2 runs FSDP + TP
@@ -9,6 +9,11 @@
 #         reproduces the uninterrupted run's losses 11..20 bit for bit; a run whose rank 1 is
 #         SIGKILLed ends within a bounded time, keeps its last complete checkpoint and resumes
 #         likewise; a dp-2 checkpoint resumed on tp 2 and on dp 2 x tp 2 continues within LOSS_RTOL.
+# epochs: 2 epochs of 6 steps (48 samples, global batch 8) run 12 steps whatever max_steps
+#         beyond that says (whichever comes first, as NeMo Automodel), 9 when max_steps=9; dp 2
+#         gives the single-process losses within LOSS_RTOL over both epochs; runs stopped in
+#         epoch 2 (resume from step_8 = epoch 1 batch 2) and in epoch 1 (resume from step_4, the
+#         resumed run crosses the boundary) reproduce the uninterrupted losses bit for bit.
 # errors: bad recipes under mpirun give exactly one "dtr-train: error:" line and exit != 0.
 set -uo pipefail
 mode="$1"; TRAIN="$2"; CMP="$3"; MPIRUN="${4:-mpirun}"
@@ -109,6 +114,34 @@ resume)
     echo "== dp 2 checkpoint resumed on dp 2 x tp 2 vs uninterrupted dp 2"
     "$CMP" $d/full/metrics.jsonl $d/cross4/metrics.jsonl --from 11 --to 20 --rtol $LOSS_RTOL || fail "dp x tp losses"
   fi
+  ;;
+epochs)
+  ep=(--set dataset.limit_samples=48 --set step_scheduler.num_epochs=2 --set step_scheduler.max_steps=100
+      --set step_scheduler.ckpt_every_steps=4 --set checkpoint.keep_last=0 --progress lines)
+  d=$out/epochs
+  rm -rf $d && mkdir -p $d
+  run 2 configs/ci/dp.yaml "${ep[@]}" --set checkpoint.checkpoint_dir=$d/full > $d/full.log 2>&1 ||
+    { tail -5 $d/full.log; fail "2-epoch run"; }
+  grep -q "done: 12 steps" $d/full.log || { tail -5 $d/full.log; fail "2 epochs of 6 steps did not run 12 steps"; }
+  [ "$(grep -c '"epoch":0,' $d/full/metrics.jsonl)" -eq 6 ] && [ "$(grep -c '"epoch":1,' $d/full/metrics.jsonl)" -eq 6 ] ||
+    fail "metrics do not show 6 steps in each epoch"
+  echo "== 2 epochs (12 steps, max_steps 100 not reached)"
+  run 1 configs/ci/single.yaml "${ep[@]}" --set checkpoint.checkpoint_dir=$d/single > /dev/null || fail "single 2-epoch run"
+  echo "== 2 epochs: dp 2 vs single"
+  "$CMP" $d/single/metrics.jsonl $d/full/metrics.jsonl --from 1 --to 12 --rtol $LOSS_RTOL || fail "dp 2 vs single over 2 epochs"
+  log=$(run 2 configs/ci/dp.yaml "${ep[@]}" --set step_scheduler.max_steps=9 --set checkpoint.enabled=false 2>&1) ||
+    { echo "$log" | tail -5; fail "max_steps=9 run"; }
+  grep -q "done: 9 steps" <<<"$log" || { echo "$log" | tail -5; fail "max_steps=9 with 2 epochs of 6 did not stop at 9"; }
+  for spec in 10:8 5:4; do
+    stop="${spec%%:*}"; from="${spec##*:}"
+    run 2 configs/ci/dp.yaml "${ep[@]}" --set checkpoint.checkpoint_dir=$d/stop$stop --stop-after $stop > /dev/null ||
+      fail "run stopped after $stop"
+    log=$(run 2 configs/ci/dp.yaml "${ep[@]}" --set checkpoint.checkpoint_dir=$d/stop$stop 2>&1) ||
+      { echo "$log" | tail -5; fail "run resumed after stop at $stop"; }
+    grep -q "resumed from $d/stop$stop/step_$from" <<<"$log" || { echo "$log"; fail "did not resume from step_$from"; }
+    echo "== stopped after step $stop, resumed from step_$from vs uninterrupted (exact)"
+    "$CMP" $d/full/metrics.jsonl $d/stop$stop/metrics.jsonl --from 1 --to 12 --rtol 0 || fail "resumed losses differ"
+  done
   ;;
 errors)
   check() {  # check NP expected-substring --set ...

@@ -1,11 +1,9 @@
-// Datasets: packing, chat JSONL with prompt masking, llm.c shards, the distributed sampler.
+// Datasets: packing, chat JSONL with prompt masking, llm.c shards (the sampler: test_sampler.cpp).
 #include <catch2/catch.hpp>
 #include <algorithm>
 #include <filesystem>
-#include <set>
 
 #include "models/data/chat_dataset.h"
-#include "models/data/sampler.h"
 #include "models/data/text_dataset.h"
 #include "models/data/token_shards.h"
 #include "models/formats/gguf.h"
@@ -149,57 +147,6 @@ TEST_CASE("llm.c token shards", "[data][shards]") {
   CHECK(ds.window(1) == std::vector<int32_t>{7, 0, 1, 65535, 42});
   test::write_bytes(dir.file("short.bin"), "abc");
   REQUIRE_THROWS_WITH(read_token_shard(dir.file("short.bin")), Contains("shorter than"));
-}
-
-TEST_CASE("sampler: dp ranks' slices form the single-process batch for dp 1..4", "[data][sampler]") {
-  const int64_t n = 103, global = 12;
-  DistributedSampler single(n, global, 0, 1, 1234);
-  std::vector<std::vector<int64_t>> ref;
-  for (int step = 0; step < 20; ++step) ref.push_back(single.next());  // crosses an epoch (8 per epoch)
-  CHECK(single.batches_per_epoch() == 8);
-  for (int dp = 1; dp <= 4; ++dp) {
-    std::vector<DistributedSampler> ranks;
-    for (int r = 0; r < dp; ++r) ranks.emplace_back(n, global, r, dp, 1234);
-    for (int step = 0; step < 20; ++step) {
-      std::vector<int64_t> u;
-      for (auto& s : ranks) {
-        auto part = s.next();
-        CHECK(static_cast<int64_t>(part.size()) == global / dp);
-        u.insert(u.end(), part.begin(), part.end());
-      }
-      INFO("dp " << dp << " step " << step);
-      CHECK(u == ref[static_cast<size_t>(step)]);
-    }
-  }
-  // each epoch is a permutation: batches of one epoch never repeat an index
-  std::set<int64_t> seen;
-  for (int b = 0; b < 8; ++b)
-    for (auto i : ref[static_cast<size_t>(b)]) CHECK(seen.insert(i).second);
-  // different epochs and seeds give different orders; the same seed gives the same order
-  CHECK(epoch_permutation(50, 1, 0) != epoch_permutation(50, 1, 1));
-  CHECK(epoch_permutation(50, 1, 0) != epoch_permutation(50, 2, 0));
-  CHECK(epoch_permutation(50, 1, 3) == epoch_permutation(50, 1, 3));
-  auto p = epoch_permutation(50, 9, 0);
-  std::sort(p.begin(), p.end());
-  CHECK(p == epoch_permutation(50, 9, 0, /*shuffle=*/false));
-  REQUIRE_THROWS_WITH(DistributedSampler(n, 10, 0, 4, 1), Contains("not divisible by dp_size 4"));
-  REQUIRE_THROWS_WITH(DistributedSampler(5, 8, 0, 1, 1), Contains("fewer than one global batch"));
-}
-
-TEST_CASE("sampler: resume continues the same sequence", "[data][sampler]") {
-  DistributedSampler a(50, 8, 1, 2, 77);
-  std::vector<std::vector<int64_t>> seq;
-  for (int i = 0; i < 15; ++i) seq.push_back(a.next());
-  for (int stop : {0, 3, 6, 7, 11}) {
-    DistributedSampler b(50, 8, 1, 2, 77);
-    for (int i = 0; i < stop; ++i) b.next();
-    const nlohmann::json saved = nlohmann::json::parse(b.state_dict().dump());
-    DistributedSampler c(50, 8, 1, 2, 77);
-    c.load_state_dict(saved);
-    for (int i = stop; i < 15; ++i) CHECK(c.next() == seq[static_cast<size_t>(i)]);
-  }
-  DistributedSampler other_seed(50, 8, 1, 2, 78);
-  REQUIRE_THROWS_WITH(other_seed.load_state_dict(a.state_dict()), Contains("seed"));
 }
 
 TEST_CASE("real data: perlfaq JSONL with the SmolLM2 tokenizer", "[data][real]") {
