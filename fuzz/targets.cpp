@@ -86,6 +86,18 @@ void fuzz_tokenizer_json(std::string_view in) {
   const auto tok = tokenizer::BPETokenizer::from_hf_file(scratch().write("tokenizer.json", in));
   const auto ids = tok.encode(kProbe);
   invariant(tok.decode(ids) == kProbe, "decode(encode(probe)) != probe");
+  // Offsets: the same ids, and each token's byte range holds what it decodes to.
+  std::vector<std::pair<size_t, size_t>> off;
+  invariant(tok.encode_with_offsets(kProbe, off) == ids, "encode_with_offsets ids != encode ids");
+  const std::string probe(kProbe);
+  size_t pos = 0;
+  for (size_t k = 0; k < ids.size(); ++k) {
+    invariant(off[k].first == pos && off[k].second >= pos && off[k].second <= probe.size() &&
+                  probe.compare(off[k].first, off[k].second - off[k].first, tok.decode({ids[k]})) == 0,
+              "token " + std::to_string(k) + "'s offsets do not hold its bytes");
+    pos = off[k].second;
+  }
+  invariant(pos == probe.size(), "offsets do not cover the probe");
 }
 
 void fuzz_chat_jsonl(std::string_view in) {

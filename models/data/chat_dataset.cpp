@@ -64,15 +64,29 @@ std::vector<Conversation> read_chat_jsonl(const std::string& path) {
   return out;
 }
 
+std::vector<uint8_t> span_mask(const ByteSpans& offsets, const ByteSpans& spans) {
+  std::vector<uint8_t> mask(offsets.size(), 0);
+  size_t k = 0;  // first span that does not end at or before the current token
+  for (size_t i = 0; i < offsets.size(); ++i) {
+    const auto [begin, end] = offsets[i];
+    while (k < spans.size() && spans[k].second <= begin) ++k;
+    if (k == spans.size()) break;
+    mask[i] = end > begin && end > spans[k].first;
+  }
+  return mask;
+}
+
 void tokenize_chat(const Conversation& conv, const tokenizer::BPETokenizer& tok, const tokenizer::ChatTemplate& tmpl,
                    std::vector<int32_t>& tokens, std::vector<uint8_t>& mask) {
-  tokens.clear();
-  mask.clear();
+  std::string text;
+  ByteSpans train;
   for (const auto& seg : tmpl.render_segments(conv, /*add_generation_prompt=*/false)) {
-    const auto ids = tok.encode(seg.text, /*add_special=*/false, /*parse_special=*/true);
-    tokens.insert(tokens.end(), ids.begin(), ids.end());
-    mask.insert(mask.end(), ids.size(), seg.train ? 1 : 0);
+    if (seg.train) train.emplace_back(text.size(), text.size() + seg.text.size());
+    text += seg.text;
   }
+  ByteSpans offsets;
+  tokens = tok.encode_with_offsets(text, offsets, /*add_special=*/false, /*parse_special=*/true);
+  mask = span_mask(offsets, train);
 }
 
 Sample make_chat_sample(const std::vector<int32_t>& tokens, const std::vector<uint8_t>& mask, int64_t seq_len,

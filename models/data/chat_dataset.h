@@ -2,8 +2,9 @@
 // Instruction (SFT) data from JSONL. One JSON object per line, either
 //   {"messages": [{"role": "user", "content": "..."}, {"role": "assistant", "content": "..."}]}
 // or {"prompt": "...", "response": "..."} (optionally "system": "..."), rendered by the chat
-// template. Loss is taken only on what the assistant says (its contents and the <|im_end|>
-// closing them); every prompt token's label is -100. Blank lines are skipped.
+// template and tokenised as one text. Loss is taken only on tokens holding what the assistant
+// says (its contents and the <|im_end|> closing them; see span_mask for a token straddling the
+// boundary); every other token's label is -100. Blank lines are skipped.
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -25,9 +26,22 @@ Conversation parse_chat_line(const std::string& line, const std::string& where);
 /// invalid UTF-8 -> file and byte offset.
 std::vector<Conversation> read_chat_jsonl(const std::string& path);
 
-/// Tokenises a conversation: each template segment is encoded separately (special-token text
-/// inside a segment is recognised), the train flag of a segment marks its tokens.
-/// Returns tokens t[0..n) and a mask m[0..n) (1 = target).
+/// Byte ranges [begin, end) of a text.
+using ByteSpans = std::vector<std::pair<size_t, size_t>>;
+
+/// Loss mask of tokens with byte ranges `offsets` (in order, as BPETokenizer::encode_with_offsets
+/// gives them) against trainable ranges `spans` (in order, disjoint): 1 when the token's range
+/// overlaps a span (token.end > span.begin and token.begin < span.end), so a token straddling a
+/// span boundary (e.g. "\n " = template newline + the reply's leading space) is trained. This is
+/// transformers' apply_chat_template(return_assistant_tokens_mask=True) rule (v5; character
+/// offsets there), which NeMo Automodel's chat datasets use. Empty ranges (bos) are never in.
+std::vector<uint8_t> span_mask(const ByteSpans& offsets, const ByteSpans& spans);
+
+/// Tokenises a conversation as inference sees it: the rendered text (ChatTemplate::render) is
+/// encoded once (special-token text is recognised), so the ids are the tokenizer's ids of the
+/// whole conversation; the mask comes from span_mask against the trainable segments' byte
+/// ranges (assistant contents and their <|im_end|>). Returns tokens t[0..n) and a mask m[0..n)
+/// (1 = target).
 void tokenize_chat(const Conversation& conv, const tokenizer::BPETokenizer& tok, const tokenizer::ChatTemplate& tmpl,
                    std::vector<int32_t>& tokens, std::vector<uint8_t>& mask);
 

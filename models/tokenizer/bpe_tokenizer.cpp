@@ -86,7 +86,7 @@ bool BPETokenizer::is_special(int32_t id) const {
 
 // Merges by rank with a min-heap of candidate pairs ordered by (rank, position): the same
 // order as Hugging Face tokenizers' BPE word merge (lowest rank first, leftmost on ties).
-void BPETokenizer::bpe(std::string_view piece, std::vector<int32_t>& out) const {
+void BPETokenizer::bpe(std::string_view piece, std::vector<int32_t>& out, std::vector<size_t>* lens) const {
   struct Sym {
     int32_t id, prev, next;
   };
@@ -128,7 +128,32 @@ void BPETokenizer::bpe(std::string_view piece, std::vector<int32_t>& out) const 
     push(l.prev);
     push(c.pos);
   }
-  for (int32_t i = 0; i >= 0 && i < n; i = s[static_cast<size_t>(i)].next) out.push_back(s[static_cast<size_t>(i)].id);
+  for (int32_t i = 0; i >= 0 && i < n; i = s[static_cast<size_t>(i)].next) {
+    out.push_back(s[static_cast<size_t>(i)].id);
+    if (lens) lens->push_back(static_cast<size_t>((s[static_cast<size_t>(i)].next < 0 ? n : s[static_cast<size_t>(i)].next) - i));
+  }
+}
+
+void BPETokenizer::piece_offsets(std::string_view piece, size_t begin, const std::vector<int32_t>& ids, size_t first,
+                                 Offsets& offsets) const {
+  // A token's bytes are what it decodes to, except for the unknown token (one per byte without
+  // a token): then the lengths come from BPE itself.
+  std::vector<size_t> lens;
+  size_t total = 0;
+  for (size_t k = first; k < ids.size(); ++k) {
+    lens.push_back(token_bytes_[static_cast<size_t>(ids[k])].size());
+    total += lens.back();
+  }
+  if (total != piece.size()) {
+    std::vector<int32_t> again;
+    lens.clear();
+    bpe(piece, again, &lens);
+    DTR_CHECK(again.size() == ids.size() - first, "tokenizer: offsets of piece '", piece, "' do not match its tokens");
+  }
+  for (size_t len : lens) {
+    offsets.emplace_back(begin, begin + len);
+    begin += len;
+  }
 }
 
 void BPETokenizer::encode_piece(std::string_view piece, std::vector<int32_t>& out) const {
@@ -157,14 +182,32 @@ void BPETokenizer::encode_piece(std::string_view piece, std::vector<int32_t>& ou
 }
 
 std::vector<int32_t> BPETokenizer::encode(std::string_view text, bool add_special, bool parse_special) const {
+  return encode_impl(text, add_special, parse_special, nullptr);
+}
+
+std::vector<int32_t> BPETokenizer::encode_with_offsets(std::string_view text, Offsets& offsets, bool add_special,
+                                                       bool parse_special) const {
+  offsets.clear();
+  return encode_impl(text, add_special, parse_special, &offsets);
+}
+
+std::vector<int32_t> BPETokenizer::encode_impl(std::string_view text, bool add_special, bool parse_special,
+                                               Offsets* offsets) const {
   const size_t ok = valid_utf8_prefix(text);
   DTR_CHECK(ok == text.size(), "tokenizer: input is not valid UTF-8 at byte offset ", ok);
   std::vector<int32_t> out;
   out.reserve(text.size() / 3 + 2);
-  if (add_special && vocab_.add_bos && vocab_.bos_id >= 0) out.push_back(vocab_.bos_id);
+  if (add_special && vocab_.add_bos && vocab_.bos_id >= 0) {
+    out.push_back(vocab_.bos_id);
+    if (offsets) offsets->emplace_back(0, 0);
+  }
 
   auto encode_plain = [&](std::string_view seg) {
-    for (auto piece : pre_->split(seg)) encode_piece(piece, out);
+    for (auto piece : pre_->split(seg)) {
+      const size_t first = out.size();
+      encode_piece(piece, out);
+      if (offsets) piece_offsets(piece, static_cast<size_t>(piece.data() - text.data()), out, first, *offsets);
+    }
   };
   if (!parse_special || specials_.empty()) {
     encode_plain(text);
@@ -188,6 +231,7 @@ std::vector<int32_t> BPETokenizer::encode(std::string_view text, bool add_specia
     }
     if (i > start) encode_plain(text.substr(start, i - start));
     out.push_back(special_ids_[static_cast<size_t>(hit)]);
+    if (offsets) offsets->emplace_back(i, i + specials_[static_cast<size_t>(hit)].size());
     i += specials_[static_cast<size_t>(hit)].size();
     start = i;
   }

@@ -59,6 +59,13 @@ class BPETokenizer {
   /// otherwise it is tokenised as plain text. Errors: invalid UTF-8 -> dtr::Error with the
   /// byte offset.
   std::vector<int32_t> encode(std::string_view text, bool add_special = false, bool parse_special = true) const;
+  /// encode() that also gives each token's byte range [begin, end) in `text` (`offsets` is
+  /// resized to the number of ids; a bos token has the empty range [0, 0)). The ranges of
+  /// consecutive tokens tile the text: a byte-level token covers exactly the bytes it decodes
+  /// to, a special token its text. Hugging Face tokenizers' Encoding.offsets are the same
+  /// ranges in characters. Errors: as encode().
+  std::vector<int32_t> encode_with_offsets(std::string_view text, std::vector<std::pair<size_t, size_t>>& offsets,
+                                           bool add_special = false, bool parse_special = true) const;
   /// Bytes of the tokens concatenated (may end inside a UTF-8 sequence). `skip_special`
   /// drops control tokens. Errors: an id outside the vocab.
   std::string decode(const std::vector<int32_t>& ids, bool skip_special = false) const;
@@ -74,8 +81,16 @@ class BPETokenizer {
   const BPEVocab& vocab() const { return vocab_; }
 
  private:
+  using Offsets = std::vector<std::pair<size_t, size_t>>;
+  /// encode / encode_with_offsets; `offsets` may be null.
+  std::vector<int32_t> encode_impl(std::string_view text, bool add_special, bool parse_special, Offsets* offsets) const;
   void encode_piece(std::string_view piece, std::vector<int32_t>& out) const;
-  void bpe(std::string_view piece, std::vector<int32_t>& out) const;
+  /// Appends the byte ranges of ids[first..) (the tokens of `piece`, which starts at byte
+  /// `begin` of the text).
+  void piece_offsets(std::string_view piece, size_t begin, const std::vector<int32_t>& ids, size_t first,
+                     Offsets& offsets) const;
+  /// BPE of one piece; `lens` (optional) receives the byte length of each id.
+  void bpe(std::string_view piece, std::vector<int32_t>& out, std::vector<size_t>* lens = nullptr) const;
 
   BPEVocab vocab_;
   std::shared_ptr<PreTokenizer> pre_;

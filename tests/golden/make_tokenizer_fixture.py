@@ -65,9 +65,8 @@ def field_scalar(reader, key):
     return bytes(v).decode("utf-8") if f.types[0] == gguf.GGUFValueType.STRING else v[0].item()
 
 
-def main():
-    path = sys.argv[1] if len(sys.argv) > 1 else "data/smollm2-135m-instruct.gguf"
-    r = gguf.GGUFReader(path)
+def smollm2_tokenizer(r):
+    """HF tokenizers' Tokenizer of a SmolLM2 GGUF (reader `r`), built as described above."""
     assert field_scalar(r, "tokenizer.ggml.model") == "gpt2"
     assert field_scalar(r, "tokenizer.ggml.pre") == "smollm"
     tokens = field_strings(r, "tokenizer.ggml.tokens")
@@ -82,6 +81,13 @@ def main():
     tok.decoder = decoders.ByteLevel()
     tok.add_special_tokens([AddedToken(tokens[i], special=True, normalized=False)
                             for i, t in enumerate(types) if t == 3])
+    return tok, len(tokens)
+
+
+def main():
+    path = sys.argv[1] if len(sys.argv) > 1 else "data/smollm2-135m-instruct.gguf"
+    r = gguf.GGUFReader(path)
+    tok, vocab_size = smollm2_tokenizer(r)
 
     chat_template = field_scalar(r, "tokenizer.chat_template")
     env = jinja2.Environment()
@@ -97,7 +103,7 @@ def main():
         "generator": "tests/golden/make_tokenizer_fixture.py (HF tokenizers %s)" % __import__("tokenizers").__version__,
         "bos_token_id": int(field_scalar(r, "tokenizer.ggml.bos_token_id")),
         "eos_token_id": int(field_scalar(r, "tokenizer.ggml.eos_token_id")),
-        "vocab_size": len(tokens),
+        "vocab_size": vocab_size,
         "chat": {"messages": CHAT, "add_generation_prompt": True, "rendered": chat_text},
         "cases": cases,
     }

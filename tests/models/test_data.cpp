@@ -29,6 +29,18 @@ BPETokenizer byte_tokenizer() {
   return BPETokenizer(std::move(v));
 }
 
+// The byte tokenizer + "ĊĠ" ("\n " merged, as in GPT-2 vocabularies) and "ĊĊ".
+BPETokenizer byte_tokenizer_with_newline_merges() {
+  BPETokenizer base = byte_tokenizer();
+  BPEVocab v = base.vocab();
+  v.merges = {{"Ċ", "Ġ"}, {"Ċ", "Ċ"}};
+  for (const auto& [a, b] : v.merges) {
+    v.tokens.push_back(a + b);
+    v.types.push_back(TokenType::normal);
+  }
+  return BPETokenizer(std::move(v));
+}
+
 }  // namespace
 
 TEST_CASE("plain text packs into seq_len + 1 windows with eos separators", "[data]") {
@@ -103,6 +115,56 @@ TEST_CASE("chat JSONL: labels only on assistant answers", "[data][chat]") {
   CHECK(dropped == 2);
 }
 
+TEST_CASE("span_mask: a token is trained when its bytes overlap a trainable span", "[data][chat]") {
+  // spans [5, 10) and [20, 22)
+  const ByteSpans spans{{5, 10}, {20, 22}};
+  const ByteSpans offsets{{0, 5},    // ends where the span begins: out
+                          {5, 5},    // empty (bos-like): out
+                          {4, 6},    // straddles the start: in
+                          {6, 9},    // inside: in
+                          {9, 12},   // straddles the end: in
+                          {12, 20},  // between: out
+                          {20, 22},  // exactly the second span: in
+                          {22, 30}}; // starts where it ends: out
+  CHECK(span_mask(offsets, spans) == std::vector<uint8_t>{0, 0, 1, 1, 1, 0, 1, 0});
+  CHECK(span_mask(offsets, {}) == std::vector<uint8_t>(offsets.size(), 0));
+  CHECK(span_mask({}, spans).empty());
+}
+
+// A reply starting with whitespace: the template's "\n" and the reply's first whitespace are
+// one token of the whole conversation ("ĊĠ" / "ĊĊ"), which per-segment tokenisation split.
+TEST_CASE("chat: tokens are the tokenizer's ids of the whole conversation, leading whitespace included",
+          "[data][chat]") {
+  const BPETokenizer tok = byte_tokenizer_with_newline_merges();
+  const ChatTemplate tmpl = ChatTemplate::chatml();
+  // {reply, trained text}: a token straddling the header's "\n" and the reply is trained
+  // whole; the second reply "\n C" always gives "ĊĊ" + " C".
+  const std::vector<std::pair<std::string, std::string>> cases{
+      {"  A", "\n  A"},  // "assistant" "ĊĠ" "ĠA"
+      {"\n\nB", "\n\n\nB"},  // "ĊĊ" "Ċ" "B"
+      {" 7 is smaller.", " 7 is smaller."},  // GPT-2 regex: "Ċ" "Ġ7" (no digit split here)
+      {"plain", "plain"}};
+  for (const auto& [reply, trained_reply] : cases) {
+    INFO("reply '" << reply << "'");
+    const Conversation conv{{"user", "Q?"}, {"assistant", reply}, {"user", "  again"}, {"assistant", "\n C"}};
+    std::vector<int32_t> t;
+    std::vector<uint8_t> m;
+    tokenize_chat(conv, tok, tmpl, t, m);
+    CHECK(t == tok.encode(tmpl.render(conv, false)));
+    std::string trained;
+    for (size_t i = 0; i < t.size(); ++i)
+      if (m[i]) trained += tok.decode({t[i]});
+    CHECK(trained == trained_reply + "<|im_end|>" + "\n\n C<|im_end|>");
+  }
+  const Conversation conv{{"user", "Q?"}, {"assistant", "  A"}};
+  std::vector<int32_t> t;
+  std::vector<uint8_t> m;
+  tokenize_chat(conv, tok, tmpl, t, m);
+  const auto it = std::find(t.begin(), t.end(), tok.token_to_id("ĊĠ"));
+  REQUIRE(it != t.end());
+  CHECK(m[static_cast<size_t>(it - t.begin())] == 1);
+}
+
 TEST_CASE("a bad JSONL line reports file:line", "[data][chat][errors]") {
   test::TempDir dir("data_badjsonl");
   const std::string good = R"({"prompt": "a", "response": "b"})";
@@ -168,4 +230,33 @@ TEST_CASE("real data: perlfaq JSONL with the SmolLM2 tokenizer", "[data][real]")
     CHECK(s.labels[0] == kIgnoreIndex);
     CHECK(std::any_of(s.labels.begin(), s.labels.end(), [](int32_t l) { return l != kIgnoreIndex; }));
   }
+}
+
+// tests/golden/chat_mask.json: transformers' apply_chat_template(return_assistant_tokens_mask)
+// on the SmolLM2 tokenizer (make_chat_mask_fixture.py): replies starting with spaces and
+// newlines, multi-turn, with and without a system message.
+TEST_CASE("real SmolLM2 chats: ids and loss mask match transformers' apply_chat_template", "[data][chat][real]") {
+  const char* model = "data/smollm2-135m-instruct.gguf";
+  if (!std::filesystem::exists(model)) {
+    WARN("SKIP: " << model << " is absent (run scripts/fetch-model.sh)");
+    return;
+  }
+  const gguf::GGUFFile g = gguf::GGUFFile::open(model);
+  const BPETokenizer tok = BPETokenizer::from_gguf(g);
+  const ChatTemplate tmpl = ChatTemplate::from_jinja(g.get("tokenizer.chat_template").as_string());
+  const auto fx = nlohmann::json::parse(test::read_bytes("tests/golden/chat_mask.json"));
+  int differs = 0;
+  for (const auto& c : fx["cases"]) {
+    INFO("case " << c["name"].get<std::string>());
+    Conversation conv;
+    for (const auto& m : c["messages"]) conv.push_back({m["role"], m["content"]});
+    CHECK(tmpl.render(conv, false) == c["rendered"].get<std::string>());
+    std::vector<int32_t> t;
+    std::vector<uint8_t> m;
+    tokenize_chat(conv, tok, tmpl, t, m);
+    CHECK(t == c["ids"].get<std::vector<int32_t>>());
+    CHECK(m == c["assistant_masks"].get<std::vector<uint8_t>>());
+    differs += c["per_segment_differs"].get<bool>();
+  }
+  CHECK(differs >= 4);  // the fixture holds cases where per-segment tokenisation gave other ids
 }

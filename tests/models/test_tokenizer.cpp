@@ -39,6 +39,27 @@ BPEVocab tiny_vocab() {
   return v;
 }
 
+/// encode_with_offsets gives encode()'s ids, and every token's range holds exactly its bytes:
+/// the ranges tile the text (a bos token: the empty range at 0).
+void check_offsets(const BPETokenizer& tok, const std::string& text, bool add_special = false) {
+  std::vector<std::pair<size_t, size_t>> off;
+  const auto ids = tok.encode_with_offsets(text, off, add_special);
+  CHECK(ids == tok.encode(text, add_special));
+  REQUIRE(off.size() == ids.size());
+  size_t pos = 0;
+  for (size_t k = 0; k < ids.size(); ++k) {
+    INFO("token " << k << " of '" << text << "'");
+    if (add_special && k == 0 && ids[0] == tok.bos_id() && tok.vocab().add_bos) {
+      CHECK(off[0] == std::make_pair(size_t{0}, size_t{0}));
+      continue;
+    }
+    CHECK(off[k].first == pos);
+    CHECK(text.substr(off[k].first, off[k].second - off[k].first) == tok.decode({ids[k]}));
+    pos = off[k].second;
+  }
+  CHECK(pos == text.size());
+}
+
 }  // namespace
 
 TEST_CASE("GPT-2 byte map", "[tokenizer]") {
@@ -90,6 +111,25 @@ TEST_CASE("BPE merges by rank and splits special tokens", "[tokenizer]") {
   BPEVocab bad = tiny_vocab();
   bad.merges.push_back({"zz", "q"});
   REQUIRE_THROWS_WITH(BPETokenizer(bad), Contains("'zz q'"));
+}
+
+TEST_CASE("encode_with_offsets: each token's byte range in the text", "[tokenizer]") {
+  BPEVocab v = tiny_vocab();
+  v.tokens.push_back("<s>");
+  v.types.push_back(TokenType::control);
+  v.bos_id = static_cast<int32_t>(v.tokens.size() - 1);
+  v.add_bos = true;
+  const BPETokenizer tok(std::move(v));
+  std::vector<std::pair<size_t, size_t>> off;
+  // "hello" = one token, " w" = one token, "<|im_end|>" = one special token
+  CHECK(tok.encode_with_offsets("hello<|im_end|> wx", off) ==
+        std::vector<int32_t>{tok.token_to_id("hello"), tok.eos_id(), tok.token_to_id("Ġw"), 'x'});
+  CHECK(off == std::vector<std::pair<size_t, size_t>>{{0, 5}, {5, 15}, {15, 17}, {17, 18}});
+  for (const std::string text : {"", "hello <|im_end|> wörld 😀\n\t ", "<|im_start|><|im_end|>", "hellhe llhe  w"}) {
+    check_offsets(tok, text);
+    check_offsets(tok, text, /*add_special=*/true);
+  }
+  REQUIRE_THROWS_WITH(tok.encode_with_offsets("bad \xff", off), Contains("not valid UTF-8"));
 }
 
 TEST_CASE("tokenizer.json loader", "[tokenizer]") {
@@ -175,6 +215,7 @@ TEST_CASE("real SmolLM2 tokenizer matches Hugging Face token ids", "[tokenizer][
     const auto ids = tok.encode(text);
     CHECK(ids == c["ids"].get<std::vector<int32_t>>());
     CHECK(tok.decode(ids) == text);
+    check_offsets(tok, text);
   }
   // Exported as tokenizer.json and loaded back: the same ids.
   const BPETokenizer again = BPETokenizer::from_hf_json(to_hf_json(tok), "exported tokenizer.json");
