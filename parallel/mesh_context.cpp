@@ -101,7 +101,10 @@ MeshContext MeshContext::from_yaml(const YAML::Node& d, int64_t world, const std
   for (auto [name, v] : {std::pair<const char*, int64_t>{"tp_size", c.tp_size}, {"cp_size", c.cp_size},
                          {"pp_size", c.pp_size}, {"ep_size", c.ep_size}, {"dp_replicate_size", c.dp_replicate_size}})
     DTR_CHECK(v >= 1, where, ".", name, "=", v, ": must be >= 1");
-  const int64_t model_par = c.tp_size * c.cp_size * c.pp_size;
+  int64_t model_par = 1;
+  for (int64_t v : {c.tp_size, c.cp_size, c.pp_size})
+    DTR_CHECK(!__builtin_mul_overflow(model_par, v, &model_par), where, ": tp_size*cp_size*pp_size = ", c.tp_size, "*",
+              c.cp_size, "*", c.pp_size, " overflows int64 (world size ", world, ")");
   if (!dp_given) {
     DTR_CHECK(world % model_par == 0, where, ": world size ", world, " is not divisible by tp_size*cp_size*pp_size=",
               model_par, " (tp_size=", c.tp_size, ", cp_size=", c.cp_size, ", pp_size=", c.pp_size, ")");
@@ -115,9 +118,13 @@ void MeshContext::validate(const std::string& where) const {
   DTR_CHECK(strategy == "fsdp2" || strategy == "ddp", where, ".strategy='", strategy,
             "': expected fsdp2 or ddp (megatron_fsdp is not built in dtr)");
   DTR_CHECK(dp_size >= 1, where, ".dp_size=", dp_size, ": must be >= 1");
-  DTR_CHECK(dp_size * tp_size * cp_size * pp_size == world_size, where, ": dp_size*tp_size*cp_size*pp_size = ", dp_size,
-            "*", tp_size, "*", cp_size, "*", pp_size, " = ", dp_size * tp_size * cp_size * pp_size,
-            " != world size ", world_size);
+  int64_t prod = 1;
+  bool overflow = false;
+  for (int64_t v : {dp_size, tp_size, cp_size, pp_size}) overflow = overflow || __builtin_mul_overflow(prod, v, &prod);
+  DTR_CHECK(!overflow, where, ": dp_size*tp_size*cp_size*pp_size = ", dp_size, "*", tp_size, "*", cp_size, "*",
+            pp_size, " overflows int64 (world size ", world_size, ")");
+  DTR_CHECK(prod == world_size, where, ": dp_size*tp_size*cp_size*pp_size = ", dp_size, "*", tp_size, "*", cp_size,
+            "*", pp_size, " = ", prod, " != world size ", world_size);
   DTR_CHECK(dp_size % dp_replicate_size == 0, where, ".dp_replicate_size=", dp_replicate_size,
             " does not divide dp_size=", dp_size);
   DTR_CHECK(pp_size == 1, where, ".pp_size=", pp_size, ": pipeline parallelism is not built in dtr yet (use 1)");

@@ -123,7 +123,8 @@ DeviceMesh::DeviceMesh(const Shape& sizes, const std::vector<std::string>& names
   int64_t prod = 1;
   for (int64_t s : sizes) {
     DTR_CHECK(s >= 1, what.str(), ": sizes must be >= 1");
-    prod *= s;
+    DTR_CHECK(!__builtin_mul_overflow(prod, s, &prod), what.str(), ": the product of the sizes overflows int64 (world size ",
+              world, ")");
   }
   DTR_CHECK(prod == world, what.str(), ": the product of the sizes is ", prod, " but the world size is ", world);
   std::set<std::string> seen;

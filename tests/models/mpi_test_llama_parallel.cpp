@@ -53,6 +53,9 @@ TEST_CASE("MeshContext derives dp and rejects bad settings with named keys", "[m
   CHECK_THROWS_WITH(ctx_from("{strategy: megatron_fsdp}", 4), Catch::Contains("megatron_fsdp"));
   CHECK_THROWS_WITH(ctx_from("{dp_replicate_size: 3}", 4), Catch::Contains("dp_replicate_size=3"));
   CHECK_THROWS_WITH(ctx_from("{tp_size: two}", 4), Catch::Contains("tp_size") && Catch::Contains("integer"));
+  // 7 x 7905747460161236407 = 1 (mod 2^64): wrapped to the world size and passed before.
+  CHECK_THROWS_WITH(ctx_from("{dp_size: 7, tp_size: 7905747460161236407}", 1), Catch::Contains("overflows int64"));
+  CHECK_THROWS_WITH(ctx_from("{tp_size: 7, cp_size: 7905747460161236407}", 1), Catch::Contains("overflows int64"));
   CHECK(ctx_from("{dp_replicate_size: 2, mp_policy: {param_dtype: bf16, reduce_dtype: float32}}", 4).mp_policy.param_dtype ==
         DType::bf16);
 }

@@ -136,6 +136,8 @@ TEST_CASE("mesh errors name sizes, names and world size", "[device_mesh]") {
                         Catch::Contains("world size is " + std::to_string(world)) && Catch::Contains("dp"));
   CHECK_THROWS_WITH(DeviceMesh({world, 1}, {"tp", "tp"}), Catch::Contains("duplicate dim name 'tp'"));
   CHECK_THROWS_WITH(DeviceMesh({world}, {"a", "b"}), Catch::Contains("1 sizes but 2 names"));
+  // 7 x 7905747460161236407 = 1 (mod 2^64): the wrapped product passed the world-size check.
+  CHECK_THROWS_WITH(DeviceMesh({7, 7905747460161236407, world}, {"a", "b", "c"}), Catch::Contains("overflows int64"));
   DeviceMesh m({1, world, 1}, {"a", "b", "c"});
   CHECK_THROWS_WITH(m["tp"], Catch::Contains("unknown dim name 'tp'") && Catch::Contains("a, b, c"));
   CHECK_THROWS_WITH(m.size("x"), Catch::Contains("unknown dim name 'x'"));
