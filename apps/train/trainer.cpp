@@ -8,12 +8,11 @@
 #include <memory>
 
 #include "apps/train/checkpoint.h"
+#include "apps/train/export.h"
 #include "apps/train/progress.h"
 #include "apps/train/setup.h"
 #include "dtensor/api.h"
 #include "models/data/sampler.h"
-#include "models/lora/inject.h"
-#include "models/lora/peft.h"
 #include "parallel/clip_grad.h"
 #include "parallel/fsdp/fully_shard.h"
 #include "parallel/model_parallelizer.h"
@@ -296,31 +295,7 @@ struct Trainer {
     }
     if (r.checkpoint.enabled && last_saved != step) save(step);
 
-    // Exports: full tensors on every rank (collective), written by rank 0.
-    auto gather_params = [&](bool trainable_only) {
-      std::vector<std::pair<std::string, Tensor>> full;
-      for (const auto& [n, p] : model->named_parameters()) {
-        if (trainable_only && !is_lora_parameter(n)) continue;
-        if (p.is_distributed()) full.push_back({n, full_tensor(p.detach())});
-      }
-      if (rank == 0)
-        for (const auto& [n, t] : full) model->set_parameter(n, t);
-    };
-    if (r.peft.enabled) {
-      gather_params(true);
-      if (rank == 0) {
-        save_peft_adapter(*model, r.checkpoint.adapter_dir, r.model.path);
-        note("PEFT adapter: " + r.checkpoint.adapter_dir);
-      }
-    }
-    if (r.checkpoint.save_consolidated) {
-      gather_params(false);
-      const std::string dir = r.checkpoint.checkpoint_dir + "/consolidated";
-      if (rank == 0) {
-        save_merged_model(*model, dir);
-        note("merged HF safetensors: " + dir);
-      }
-    }
+    for (const auto& line : export_final(*model, r)) note(line);
     if (rank == 0) {
       if (plot_loss_png(r.logging.metrics_file, r.logging.plot_file)) note("loss curve: " + r.logging.plot_file);
       std::snprintf(buf, sizeof buf, "done: %lld steps, train loss %.4f%s, metrics %s", (long long)step, last_loss,

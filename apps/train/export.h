@@ -1,0 +1,21 @@
+#pragma once
+// Final exports of dtr-train: the PEFT adapter (checkpoint.adapter_dir) and, with
+// checkpoint.save_consolidated, the merged Hugging Face model (<checkpoint_dir>/consolidated).
+//
+// Collective over the world: every rank gathers the full tensor of each distributed parameter
+// the exports need, in one order fixed before anything changes (the module's
+// named_parameters, the same on every rank), so the gathers match on any mesh (dp, tp,
+// dp x tp). Only rank 0 keeps them: it puts them into its module as plain tensors and writes
+// the files (the merged weights are then the single-process merge W + scale B A).
+#include <string>
+
+#include "apps/train/recipe.h"
+#include "models/llama/llama.h"
+
+namespace dtr::train {
+
+/// Writes the exports the recipe asks for; returns the lines to report (rank 0: one per
+/// directory written; others: empty). After it, rank 0's module holds plain full tensors.
+std::vector<std::string> export_final(LlamaForCausalLM& model, const Recipe& r);
+
+}  // namespace dtr::train
