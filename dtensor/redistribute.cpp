@@ -307,7 +307,12 @@ Tensor redistribute_local(const Tensor& local_in, const DTensorSpec& from, const
       const Chunk c = chunk_of(local.sizes()[b.dim], g.size(), coord[i]);
       local = local.narrow(b.dim, c.size ? c.offset : 0, c.size).contiguous();
     } else if (a.is_replicate() && b.is_partial()) {
-      if (b.reduce == ReduceOp::SUM) local = div(local, static_cast<double>(g.size()));
+      // Replicate -> Partial(sum): floating values are scaled by 1/n on every rank (PyTorch's
+      // rule); integer and bool values stay on coordinate 0 and are zero elsewhere (exact).
+      // avg / max / min: every rank keeps the value.
+      if (b.reduce == ReduceOp::SUM)
+        local = is_floating(local.dtype()) ? div(local, static_cast<double>(g.size()))
+                                           : (coord[i] == 0 ? local : zeros_like(local));
     } else {
       DTR_ERROR("redistribute: no transition ", a.str(), " -> ", b.str(), " (", from.str(), ")");
     }

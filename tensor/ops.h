@@ -110,6 +110,11 @@ Tensor amax(const Tensor& x, const Shape& dims = {}, bool keepdim = false);
 /// Max along one dim: values and int64 indices (torch.max(x, dim)).
 std::pair<Tensor, Tensor> max(const Tensor& x, int64_t dim, bool keepdim = false);
 Tensor argmax(const Tensor& x, int64_t dim, bool keepdim = false);
+/// Logical and / or over `dims` (all dims when empty), torch.all / torch.any: an element counts
+/// as true when it is nonzero (NaN included). Any dtype in, bool out, no gradient. An empty
+/// reduction gives true (all) / false (any).
+Tensor all(const Tensor& x, const Shape& dims = {}, bool keepdim = false);
+Tensor any(const Tensor& x, const Shape& dims = {}, bool keepdim = false);
 
 // ---- softmax (ops/softmax.cpp) ---------------------------------------------------------------
 Tensor softmax(const Tensor& x, int64_t dim);

@@ -2,6 +2,10 @@
 // max) with no communication; shards on kept dims move to the output dim; Partial(sum)
 // survives sum, Partial(max) survives amax, other Partials are reduced first. mean is sum /
 // count (count = global size), so uneven shards give the exact mean.
+// all / any (logical and / or, bool out): a reduced shard becomes Partial(min) / Partial(max),
+// reduced with MIN / MAX over the mesh, never a sum (PyTorch maps them to a sum); an empty
+// shard gives the identity (true / false). Partial inputs are reduced first (min(-3, 0) is
+// nonzero, and(-3, 0) is false), except a bool Partial of the same op.
 // max along a dim with indices needs that dim whole (indices are global).
 // Source: PyTorch torch.distributed.tensor._ops._math_ops.
 #include <algorithm>
@@ -35,22 +39,30 @@ bool some_shard_empty(const DTensorSpec& x, int64_t d) {
   return false;
 }
 
-ShardingDecision reduce_rule(const OpSchema& s, ReduceOp partial_op) {
+/// sum / amax (`logical` false) and all / any (`logical` true) over attrs {dims, keepdim}.
+ShardingDecision reduce_rule(const OpSchema& s, ReduceOp partial_op, bool logical = false) {
   const DTensorSpec& x = s.spec(0);
+  // Partial inputs that survive: Partial(sum / avg) under sum, Partial(max) under amax, a bool
+  // Partial(min) / Partial(max) under all / any.
+  auto keeps = [&](const Placement& p) {
+    if (logical) return p.reduce == partial_op && x.dtype == DType::bool_;
+    return p.reduce == partial_op || (partial_op == ReduceOp::SUM && p.reduce == ReduceOp::AVG);
+  };
   const Shape dims = reduction_dims(s.call.shape(0), static_cast<int64_t>(x.shape.size()), s.call.name());
   const bool keepdim = s.call.b(1);
   Placements in = x.placements, out = x.placements;
   for (size_t i = 0; i < in.size(); ++i) {
     const Placement& p = in[i];
     // max / min have no identity for an empty shard: gather that dim instead.
-    if (p.is_shard() && partial_op != ReduceOp::SUM && out_dim(p.dim, dims, keepdim) < 0 && some_shard_empty(x, p.dim)) {
+    if (p.is_shard() && partial_op != ReduceOp::SUM && !logical && out_dim(p.dim, dims, keepdim) < 0 &&
+        some_shard_empty(x, p.dim)) {
       in[i] = out[i] = Replicate();
       continue;
     }
     if (p.is_shard()) {
       const int64_t od = out_dim(p.dim, dims, keepdim);
       out[i] = od < 0 ? Partial(partial_op) : Shard(od);
-    } else if (p.is_partial() && p.reduce != partial_op && !(partial_op == ReduceOp::SUM && p.reduce == ReduceOp::AVG)) {
+    } else if (p.is_partial() && !keeps(p)) {
       in[i] = Replicate();
       out[i] = Replicate();
     }
@@ -64,6 +76,8 @@ ShardingDecision reduce_rule(const OpSchema& s, ReduceOp partial_op) {
 
 ShardingDecision rule_sum(const OpSchema& s) { return reduce_rule(s, ReduceOp::SUM); }
 ShardingDecision rule_amax(const OpSchema& s) { return reduce_rule(s, ReduceOp::MAX); }
+ShardingDecision rule_all(const OpSchema& s) { return reduce_rule(s, ReduceOp::MIN, true); }
+ShardingDecision rule_any(const OpSchema& s) { return reduce_rule(s, ReduceOp::MAX, true); }
 
 ShardingDecision rule_max_dim(const OpSchema& s) {
   const DTensorSpec& x = s.spec(0);
@@ -105,6 +119,8 @@ ShardingDecision rule_max_dim_backward(const OpSchema& s) {
 
 DTR_REGISTER_SHARDING_RULE("sum", rule_sum);
 DTR_REGISTER_SHARDING_RULE("amax", rule_amax);
+DTR_REGISTER_SHARDING_RULE("all", rule_all);
+DTR_REGISTER_SHARDING_RULE("any", rule_any);
 DTR_REGISTER_SHARDING_RULE("max_dim", rule_max_dim);
 DTR_REGISTER_SHARDING_RULE("max_dim_backward", rule_max_dim_backward);
 

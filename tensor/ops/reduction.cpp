@@ -71,6 +71,16 @@ std::pair<Tensor, Tensor> max(const Tensor& x, int64_t dim, bool keepdim) {
   return {outs[0], outs[1]};
 }
 
+Tensor all(const Tensor& x, const Shape& dims, bool keepdim) {
+  static const OpDef* op = op_def("all");
+  return dispatch1(OpCall{op, {x}, {dims, keepdim}});
+}
+
+Tensor any(const Tensor& x, const Shape& dims, bool keepdim) {
+  static const OpDef* op = op_def("any");
+  return dispatch1(OpCall{op, {x}, {dims, keepdim}});
+}
+
 Tensor argmax(const Tensor& x, int64_t dim, bool keepdim) {
   static const OpDef* op = op_def("max_dim");
   return dispatch(OpCall{op, {x}, {dim, keepdim}})[1];

@@ -1,5 +1,5 @@
 // CUDA reduction kernels (tensor/ops/cuda/reduction.cu) against the CPU backend: sum / mean /
-// amax over every kind of dim set (last, leading block, middle, several, all; keepdim),
+// amax / all / any over every kind of dim set (last, leading block, middle, several, all; keepdim),
 // max / argmax along a dim with ties, long reductions that take the split (two-pass) paths,
 // non-contiguous inputs; f32 and bf16; forward and backward.
 #include "cuda_test_util.h"
@@ -109,4 +109,31 @@ TEST_CASE("cuda max / argmax along a dim match the CPU, first index on ties", "[
         },
         {y}, 0.0, 0.0);
   }
+}
+
+TEST_CASE("cuda all / any match the CPU on every dtype, dim set and empty reductions", "[cuda]") {
+  DTR_REQUIRE_CUDA();
+  struct Case {
+    Shape shape;
+    Shape dims;
+    bool keepdim;
+  };
+  // Long rows (more than one block of threads per row), leading / middle / all dims, empty dims.
+  const std::vector<Case> cases = {{{1031}, {}, false},     {{7, 1031}, {1}, false}, {{7, 1031}, {0}, true},
+                                   {{3, 5, 7}, {0, 2}, true}, {{3, 5, 7}, {1}, false}, {{4, 0}, {1}, false},
+                                   {{0, 4}, {1}, true},       {{4, 0}, {}, false}};
+  for (DType dt : {DType::f32, DType::bf16, DType::i64, DType::bool_})
+    for (const Case& c : cases) {
+      INFO("dtype " << dt << " shape " << detail::cat(c.shape) << " dims " << detail::cat(c.dims));
+      // About one element in ten is zero: rows differ, some are all nonzero.
+      Tensor x = to_dtype(gt(uniform(c.shape, 0.0, 1.0, TensorOptions(DType::f32)), 0.1), dt);
+      if (dt == DType::f32) x = mul(x, uniform(c.shape, -2.0, 2.0, TensorOptions(DType::f32)));
+      const Shape dims = c.dims;
+      const bool keep = c.keepdim;
+      testing::check_cuda_matches_cpu(
+          [dims, keep](const std::vector<Tensor>& in) {
+            return std::vector<Tensor>{all(in[0], dims, keep), any(in[0], dims, keep)};
+          },
+          {x}, 0.0, 0.0, false);
+    }
 }

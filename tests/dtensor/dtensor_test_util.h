@@ -72,8 +72,11 @@ inline std::string compare_with_single(const std::function<Tensor(const std::vec
   std::vector<Tensor> a;
   for (const auto& t : fulls) a.push_back(t.detach().clone().set_requires_grad(backward && is_floating(t.dtype())));
   Tensor ref = f(a);
-  Tensor w = normal(ref.sizes(), 0.0, 1.0, TensorOptions(ref.dtype()));
-  if (backward) sum(mul(ref, w)).backward();
+  Tensor w;
+  if (backward) {
+    w = normal(ref.sizes(), 0.0, 1.0, TensorOptions(ref.dtype()));
+    sum(mul(ref, w)).backward();
+  }
   std::vector<Tensor> b;
   for (size_t i = 0; i < fulls.size(); ++i) {
     Tensor x = make_input(fulls[i], mesh, pls[i]);

@@ -69,6 +69,26 @@ TEST_CASE("a scalar added to a Partial tensor is added once", "[rules][pointwise
   }
 }
 
+TEST_CASE("an integer Partial plus an integer tensor is exact", "[rules][pointwise][partial]") {
+  // The replicated operand becomes Partial(sum) locally: floating values are scaled by 1/n,
+  // integers stay on coordinate 0 (dividing them raised "unsupported dtype" before).
+  for (const DeviceMesh& mesh : test_meshes()) {
+    Tensor x = from_vector<int64_t>({1, 2, 3, 4, 5}, {5});
+    Tensor d = distribute_tensor(x, mesh, Placements(mesh.ndim(), Shard(0)));
+    Tensor s = sum(d);  // Partial(sum) on every mesh dim (Replicate on a size-1 one is fine too)
+    Tensor y = add(s, from_vector<int64_t>({7}, {}));
+    CHECK(full_tensor(y).item<int64_t>() == 22);
+    Tensor z = sub(s, from_vector<int64_t>({20}, {}));
+    CHECK(full_tensor(z).item<int64_t>() == -5);
+    Tensor v = add(sum(d, {}, true), from_vector<int64_t>({1, 1, 1}, {3}));
+    CHECK(full_tensor(v).to_vector<int64_t>() == std::vector<int64_t>{16, 16, 16});
+    // Replicate -> Partial(sum) directly: the pending sum is the value itself.
+    Tensor r = distribute_tensor(x, mesh, Placements(mesh.ndim(), Replicate()));
+    Tensor p = redistribute(r, Placements(mesh.ndim(), Partial()));
+    CHECK(full_tensor(p).to_vector<int64_t>() == x.to_vector<int64_t>());
+  }
+}
+
 TEST_CASE("ops differing only in a scalar do not share a cache entry", "[rules][cache]") {
   DeviceMesh mesh = DeviceMesh::world("w");
   Tensor full = rnd({6, 2});

@@ -1,5 +1,5 @@
-// Reductions: sum / mean / amax / max / argmax over dims with and without keepdim, empty
-// tensors, and backward against finite differences.
+// Reductions: sum / mean / amax / max / argmax / all / any over dims with and without keepdim,
+// empty tensors, and backward against finite differences.
 #include <catch2/catch.hpp>
 #include <cmath>
 
@@ -49,6 +49,35 @@ TEST_CASE("amax, max and argmax", "[reduction]") {
   CHECK(ik.to_vector<int64_t>() == std::vector<int64_t>{2, 1, 2, 0});
   CHECK(argmax(x, -1).to_vector<int64_t>() == std::vector<int64_t>{3, 1, 2});
   CHECK(argmax(x, 0, true).sizes() == Shape{1, 4});
+}
+
+TEST_CASE("all and any are logical and / or over dims (torch.all / torch.any)", "[reduction]") {
+  // 1 0 2 | 0 0 0 | 3 4 5 (nonzero = true; NaN counts as true, as in PyTorch)
+  Tensor x = from_vector<double>({1, 0, 2, 0, 0, 0, 3, 4, std::nan("")}, {3, 3});
+  CHECK(all(x).dtype() == DType::bool_);
+  CHECK(all(x).dim() == 0);
+  CHECK(all(x).item<bool>() == false);
+  CHECK(any(x).item<bool>() == true);
+  CHECK(all(x, {1}).to_vector<bool>() == std::vector<bool>{false, false, true});
+  CHECK(any(x, {1}).to_vector<bool>() == std::vector<bool>{true, false, true});
+  CHECK(all(x, {0}, true).sizes() == Shape{1, 3});
+  CHECK(all(x, {0}).to_vector<bool>() == std::vector<bool>{false, false, false});
+  CHECK(any(x, {0}).to_vector<bool>() == std::vector<bool>{true, true, true});
+  CHECK(any(x.t(), {0}).to_vector<bool>() == std::vector<bool>{true, false, true});  // non-contiguous
+  // Every dtype in, including bool and integers.
+  Tensor b = gt(x, 0.5);
+  CHECK(all(b, {1}).to_vector<bool>() == std::vector<bool>{false, false, false});  // NaN > 0.5 is false
+  CHECK(any(b, {1}).to_vector<bool>() == std::vector<bool>{true, false, true});
+  Tensor i = from_vector<int64_t>({-3, 1, 0, 7}, {2, 2});
+  CHECK(all(i, {1}).to_vector<bool>() == std::vector<bool>{true, false});
+  CHECK(any(to_dtype(x, DType::f32), {1}).to_vector<bool>() == std::vector<bool>{true, false, true});
+  // Empty reductions give the identities: all -> true, any -> false.
+  Tensor e = zeros({2, 0}, DType::f64);
+  CHECK(all(e, {1}).to_vector<bool>() == std::vector<bool>{true, true});
+  CHECK(any(e, {1}).to_vector<bool>() == std::vector<bool>{false, false});
+  CHECK(all(e).item<bool>() == true);
+  CHECK(any(e).item<bool>() == false);
+  CHECK_THROWS_WITH(all(x, {2}), Catch::Contains("dim"));
 }
 
 TEST_CASE("reductions of empty tensors", "[reduction]") {

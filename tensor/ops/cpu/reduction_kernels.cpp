@@ -1,4 +1,4 @@
-// CPU kernels of reductions: sum, amax over any dims; max / argmax along one dim.
+// CPU kernels of reductions: sum, amax, all, any over any dims; max / argmax along one dim.
 // Strategy: move the reduced dims last (a permuted view), make it contiguous when needed and
 // reduce rows of length R. Reducing a leading block of a contiguous tensor (bias gradients)
 // takes a row-accumulation path that needs no copy.
@@ -84,6 +84,35 @@ std::vector<Tensor> k_amax(const OpCall& c) {
   return {out};
 }
 
+/// all / any over `dims` of any dtype (nonzero = true) into a bool tensor; an empty reduction
+/// gives true (all) / false (any), the identities of logical and / or.
+template <bool kAny>
+std::vector<Tensor> logical_reduce(const OpCall& c) {
+  const Tensor& x = c.inputs[0];
+  const Shape dims = reduction_dims(c.shape(0), x.dim(), c.name());
+  Tensor out = empty(reduced_shape(x.sizes(), dims, c.b(1)), TensorOptions(DType::bool_));
+  auto run = [&](auto tag) {
+    using T = decltype(tag);
+    int64_t rows, R;
+    Tensor p = reduced_last(x, dims, rows, R);
+    const T* px = static_cast<const T*>(p.data_ptr());
+    bool* po = static_cast<bool*>(out.data_ptr());
+#pragma omp parallel for schedule(static) if (x.numel() >= cpu::kParallelGrain)
+    for (int64_t i = 0; i < rows; ++i) {
+      bool acc = !kAny;  // all: true until a zero; any: false until a nonzero
+      for (int64_t r = 0; r < R; ++r)
+        if ((px[i * R + r] != T(0)) == kAny) {
+          acc = kAny;
+          break;
+        }
+      po[i] = acc;
+    }
+  };
+  if (x.dtype() == DType::u8 || x.dtype() == DType::bool_) run(uint8_t{});
+  else cpu::dispatch_numeric(x.dtype(), c.name(), run);
+  return {out};
+}
+
 /// max along one dim: values and the index of the first maximum.
 std::vector<Tensor> k_max_dim(const OpCall& c) {
   const Tensor& x = c.inputs[0];
@@ -135,6 +164,8 @@ std::vector<Tensor> k_max_dim_backward(const OpCall& c) {
 DTR_REGISTER_KERNEL("sum", DeviceType::CPU, k_sum);
 DTR_REGISTER_KERNEL("amax", DeviceType::CPU, k_amax);
 DTR_REGISTER_KERNEL("max_dim", DeviceType::CPU, k_max_dim);
+DTR_REGISTER_KERNEL("all", DeviceType::CPU, logical_reduce<false>);
+DTR_REGISTER_KERNEL("any", DeviceType::CPU, logical_reduce<true>);
 DTR_REGISTER_KERNEL("max_dim_backward", DeviceType::CPU, k_max_dim_backward);
 
 }  // namespace

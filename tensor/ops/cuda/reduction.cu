@@ -1,5 +1,5 @@
-// CUDA kernels of reductions: sum and amax over any dims (keepdim), max_dim (values + first
-// index of the maximum along one dim) and max_dim_backward. Same semantics as
+// CUDA kernels of reductions: sum and amax over any dims (keepdim), all / any (logical and / or
+// into bool), max_dim (values + first index of the maximum along one dim) and max_dim_backward. Same semantics as
 // ops/cpu/reduction_kernels.cpp. Accumulation: f32 for f32/bf16/f16, f64 for f64, i64 for
 // integers. Deterministic: fixed tree order, no atomics.
 // Layouts:
@@ -171,6 +171,40 @@ std::vector<Tensor> k_amax(const OpCall& c) {
   return {out};
 }
 
+/// One block per row of [rows, R]: out[row] = any (kAny) / all of x != 0 over the row. Empty
+/// rows give false / true (the identities).
+template <class T, bool kAny>
+__global__ void logical_rows_kernel(const T* x, bool* out, int64_t R) {
+  const T* xr = x + static_cast<int64_t>(blockIdx.x) * R;
+  int hit = 0;  // any: a nonzero seen; all: a zero seen
+  for (int64_t r = threadIdx.x; r < R; r += blockDim.x)
+    if ((load(xr[r]) != acc_t<T>(0)) == kAny) hit = 1;
+  hit = block_max(hit);
+  if (threadIdx.x == 0) out[blockIdx.x] = kAny ? hit != 0 : hit == 0;
+}
+
+/// all / any over `dims` of any dtype (nonzero = true) into a bool tensor, as on the CPU.
+template <bool kAny>
+std::vector<Tensor> logical_reduce(const OpCall& c) {
+  const Tensor& x = c.inputs[0];
+  const Shape dims = reduction_dims(c.shape(0), x.dim(), c.name());
+  Tensor out = cuda_empty(reduced_shape(x.sizes(), dims, c.b(1)), DType::bool_, x);
+  if (out.numel() == 0) return {out};
+  DeviceGuard guard(x.device());
+  int64_t rows, R;
+  Tensor p = reduced_last(x, dims, rows, R);
+  cudaStream_t s = cuda::current_stream();
+  auto run = [&](auto tag) {
+    using T = decltype(tag);
+    logical_rows_kernel<T, kAny><<<static_cast<unsigned>(rows), threads_for_row(R), 0, s>>>(
+        static_cast<const T*>(p.data_ptr()), static_cast<bool*>(out.data_ptr()), R);
+  };
+  if (x.dtype() == DType::u8 || x.dtype() == DType::bool_) run(uint8_t{});
+  else dispatch_numeric(x.dtype(), c.name(), run);
+  DTR_CUDA_CHECK_LAUNCH();
+  return {out};
+}
+
 /// One block per row of [rows, R]: the value and the first index of the row's maximum.
 template <class T>
 __global__ void argmax_rows_kernel(const T* x, T* vals, int64_t* idx, int64_t R) {
@@ -272,6 +306,8 @@ std::vector<Tensor> k_max_dim_backward(const OpCall& c) {
 DTR_REGISTER_KERNEL("sum", DeviceType::CUDA, k_sum);
 DTR_REGISTER_KERNEL("amax", DeviceType::CUDA, k_amax);
 DTR_REGISTER_KERNEL("max_dim", DeviceType::CUDA, k_max_dim);
+DTR_REGISTER_KERNEL("all", DeviceType::CUDA, logical_reduce<false>);
+DTR_REGISTER_KERNEL("any", DeviceType::CUDA, logical_reduce<true>);
 DTR_REGISTER_KERNEL("max_dim_backward", DeviceType::CUDA, k_max_dim_backward);
 
 }  // namespace
