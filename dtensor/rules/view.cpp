@@ -3,7 +3,12 @@
 // input and output dims are grouped by equal products; a shard survives only on the first
 // non-unit input dim of its group when it maps to the first non-unit output dim with a size
 // divisible by the number of shards (flatten: the input dim; split: the first output piece).
-// Anything else: reshape redistributes that mesh dim to Replicate, view raises.
+// Anything else: reshape redistributes that mesh dim to Replicate, view raises. A shard of a
+// size-1 dim is degenerate (coordinate 0 holds the tensor, the others hold nothing), so it moves
+// to a size-1 output dim (the matching one of its group, else any; unsqueeze / squeeze of other
+// dims), and only when the output has none (squeezing it away) is it gathered, by view too: the
+// single process accepts the view and no other layout can express it. An empty tensor and a
+// size-1 mesh dim are replicated (nothing moves).
 // Source: PyTorch torch.distributed.tensor._ops._view_ops (dim maps).
 #include "dtensor/rules/common.h"
 
@@ -114,6 +119,8 @@ ShardingDecision view_rule(const OpSchema& s, bool strict) {
   std::vector<int64_t> group_of_in(in.size(), -1);
   std::vector<std::pair<int64_t, int64_t>> first_out;  // per group: first non-unit out dim, out size
   std::vector<int64_t> first_in;                        // per group: first non-unit in dim
+  std::vector<int64_t> unit_rank_in(in.size(), -1);     // k for the k-th size-1 in dim of its group
+  std::vector<std::vector<int64_t>> unit_out;           // per group: its size-1 out dims
   size_t i = 0, j = 0;
   const bool empty = shape_numel(in) == 0;
   while (!empty && (i < in.size() || j < out.size())) {
@@ -128,18 +135,34 @@ ShardingDecision view_rule(const OpSchema& s, bool strict) {
     }
     const int64_t g = static_cast<int64_t>(first_in.size());
     int64_t fi = -1, fo = -1;
+    int64_t units = 0;
     for (size_t a = i0; a < i; ++a) {
       group_of_in[a] = g;
       if (fi < 0 && in[a] != 1) fi = static_cast<int64_t>(a);
+      if (in[a] == 1) unit_rank_in[a] = units++;
     }
-    for (size_t b = j0; b < j; ++b)
+    unit_out.emplace_back();
+    for (size_t b = j0; b < j; ++b) {
       if (fo < 0 && out[b] != 1) fo = static_cast<int64_t>(b);
+      if (out[b] == 1) unit_out.back().push_back(static_cast<int64_t>(b));
+    }
     first_in.push_back(fi);
     first_out.push_back({fo, fo >= 0 ? out[fo] : 1});
   }
+  int64_t any_unit_out = -1;
+  for (size_t b = 0; b < out.size() && any_unit_out < 0; ++b)
+    if (out[b] == 1) any_unit_out = static_cast<int64_t>(b);
   for (int m = 0; m < nd; ++m) {
     if (!in_pl[m].is_shard()) continue;
     const int64_t d = in_pl[m].dim;
+    if (!empty && in[d] == 1) {  // degenerate shard: to a size-1 output dim, or gathered when there is none
+      const auto& units = unit_out[group_of_in[d]];
+      const int64_t k = unit_rank_in[d];
+      const int64_t u = k < static_cast<int64_t>(units.size()) ? units[k] : any_unit_out;
+      if (u >= 0) out_pl[m] = Shard(u);
+      else in_pl[m] = out_pl[m] = Replicate();
+      continue;
+    }
     bool ok = !empty && group_of_in[d] >= 0;
     if (ok) {
       const int64_t g = group_of_in[d];
@@ -149,8 +172,8 @@ ShardingDecision view_rule(const OpSchema& s, bool strict) {
       if (ok) out_pl[m] = Shard(fo);
     }
     if (!ok) {
-      DTR_CHECK(!strict, "view: cannot view ", x.str(), " as ", out, " without communication (tensor dim ", d,
-                " is sharded by mesh dim ", m, "); use reshape");
+      DTR_CHECK(!strict || empty || s.mesh.size(m) == 1, "view: cannot view ", x.str(), " as ", out,
+                " without communication (tensor dim ", d, " is sharded by mesh dim ", m, "); use reshape");
       in_pl[m] = out_pl[m] = Replicate();
     }
   }
