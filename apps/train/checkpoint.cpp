@@ -1,11 +1,13 @@
 #include "apps/train/checkpoint.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <map>
 
+#include "apps/train/health.h"
 #include "dtensor/spec.h"
 #include "models/formats/safetensors.h"
 #include "tensor/autograd/grad_mode.h"
@@ -107,11 +109,30 @@ int64_t copy_overlap(const char* src, const Shape& s_shape, const Shape& s_off, 
   return copied;
 }
 
+/// True when every element of the plain tensor `t` is finite: x * 0 is 0 for finite x and NaN
+/// for NaN / Inf, so the sum is NaN exactly when one element is not finite.
+bool all_finite(const Tensor& t) {
+  if (t.numel() == 0 || !is_floating(t.dtype())) return true;
+  NoGradGuard no_grad;
+  return std::isfinite(sum(mul(t.detach(), 0.0)).item<double>());
+}
+
 }  // namespace
 
 void save_checkpoint(const std::string& root, int64_t step, const NamedParams& params, optim::Optimizer& opt,
                      const nlohmann::json& extra, int64_t keep_last, ProcessGroup& world) {
   const int rank = world.rank();
+  // Never write (or prune for) a non-finite state: the index + 1 of this rank's first bad
+  // parameter, the largest over the ranks, names it on every rank.
+  int64_t bad = 0;
+  for (size_t i = 0; i < params.size() && bad == 0; ++i)
+    if (!all_finite(local_block(params[i].second).local)) bad = static_cast<int64_t>(i) + 1;
+  Tensor flag = full({1}, static_cast<double>(bad), TensorOptions(DType::f64));
+  world.all_reduce(flag, ReduceOp::MAX)->wait();
+  bad = static_cast<int64_t>(flag.item<double>());
+  if (bad > 0)
+    throw AllRanksError(detail::cat("checkpoint: step ", step, ": parameter ", params[bad - 1].first,
+                                    " holds NaN / Inf; not saved (earlier checkpoints under ", root, " kept)"));
   const fs::path final_dir = fs::path(root) / ("step_" + std::to_string(step));
   const fs::path tmp = fs::path(root) / (".tmp_step_" + std::to_string(step));
   if (rank == 0) {

@@ -1,6 +1,7 @@
 #include "apps/train/recipe.h"
 
 #include <algorithm>
+#include <cmath>
 #include <fstream>
 #include <functional>
 #include <map>
@@ -38,6 +39,7 @@ class Section {
       } catch (...) {
         fail(key, "a number", *n);
       }
+      if (!std::isfinite(out)) fail(key, "a finite number", *n);
     }
   }
   void boolean(const char* key, bool& out) {
@@ -260,7 +262,10 @@ Recipe parse_recipe(const YAML::Node& root, const std::string& file, const std::
     s.i64("ckpt_every_steps", st.ckpt_every_steps);
     s.i64("val_every_steps", st.val_every_steps);
     s.i64("val_batches", st.val_batches);
+    s.str("on_nonfinite", st.on_nonfinite);
     s.check_unknown();
+    s.require(st.on_nonfinite == "error" || st.on_nonfinite == "skip", "on_nonfinite",
+              "must be error or skip, got '" + st.on_nonfinite + "'");
     s.require(st.global_batch_size >= 1, "global_batch_size", "must be >= 1, got " + std::to_string(st.global_batch_size));
     s.require(st.local_batch_size >= 1, "local_batch_size", "must be >= 1, got " + std::to_string(st.local_batch_size));
     s.require(st.global_batch_size % st.local_batch_size == 0, "global_batch_size",
@@ -411,7 +416,8 @@ std::string dump_recipe(const Recipe& r) {
   e << YAML::Key << "num_epochs" << YAML::Value << st.num_epochs;
   e << YAML::Key << "ckpt_every_steps" << YAML::Value << st.ckpt_every_steps;
   e << YAML::Key << "val_every_steps" << YAML::Value << st.val_every_steps;
-  e << YAML::Key << "val_batches" << YAML::Value << st.val_batches << YAML::EndMap;
+  e << YAML::Key << "val_batches" << YAML::Value << st.val_batches;
+  e << YAML::Key << "on_nonfinite" << YAML::Value << st.on_nonfinite << YAML::EndMap;
   const auto& o = r.optimizer;
   e << YAML::Key << "optimizer" << YAML::Value << YAML::BeginMap;
   e << YAML::Key << "name" << YAML::Value << o.name << YAML::Key << "lr" << YAML::Value << o.lr;

@@ -12,7 +12,7 @@
 //                       tokenizer (path or "bytes"), chat_template (chatml | smollm2)
 //   validation_dataset: same keys; optional
 //   step_scheduler:     global_batch_size, local_batch_size, max_steps, num_epochs,
-//                       ckpt_every_steps, val_every_steps, val_batches
+//                       ckpt_every_steps, val_every_steps, val_batches, on_nonfinite
 //   optimizer:          name (adamw), lr, betas, eps, weight_decay, max_grad_norm
 //   lr_scheduler:       lr_warmup_steps, lr_decay_style (cosine|linear|constant), min_lr,
 //                       lr_decay_steps
@@ -69,6 +69,9 @@ struct StepSchedulerRecipe {
   int64_t ckpt_every_steps = 0;  // 0 = only at the end
   int64_t val_every_steps = 0;   // 0 = only at the end (when a validation set is given)
   int64_t val_batches = 0;       // 0 = every full validation batch
+  // A step whose loss or gradient norm is NaN / Inf: "error" stops the run before the update,
+  // "skip" drops the update and goes on (see apps/train/health.h).
+  std::string on_nonfinite = "error";
 };
 
 struct OptimizerRecipe {

@@ -9,6 +9,7 @@
 
 #include "apps/train/checkpoint.h"
 #include "apps/train/export.h"
+#include "apps/train/health.h"
 #include "apps/train/progress.h"
 #include "apps/train/setup.h"
 #include "dtensor/api.h"
@@ -206,6 +207,7 @@ struct Trainer {
         progress.note(buf);
       }
     }
+    TrainingHealth health(st.on_nonfinite);
     double time_sum = 0, last_loss = NAN, last_val = NAN;
     int64_t last_saved = step;
     model->train();
@@ -234,12 +236,14 @@ struct Trainer {
       }
       finish_model_backward(*model, ctx);
       const double grad_norm = clip_grad_norm(plist, max_norm);
-      optimizer.step();
+      const double loss = dp_sum(ctx, loss_sum) / n_global;
+      // The same loss and global norm on every rank: the same decision everywhere.
+      const bool update = health.admit(step + 1, loss, grad_norm);
+      if (update) optimizer.step();
       optimizer.zero_grad();
       sched->step();
       ++step;
-      const double loss = dp_sum(ctx, loss_sum) / n_global;
-      last_loss = loss;
+      if (update) last_loss = loss;
       const double dt = seconds_since(t0);
       time_sum += dt;
 
@@ -259,10 +263,18 @@ struct Trainer {
         m.peak_mem_gib = static_cast<double>(peak) / (1024.0 * 1024.0 * 1024.0);
         m.eta_s = time_sum / static_cast<double>(step - first) * static_cast<double>(total_steps - step);
         m.label_tokens = n_global;
-        nlohmann::json j = {{"step", step},         {"loss", loss},         {"lr", m.lr},
-                            {"grad_norm", grad_norm}, {"tokens_per_s", m.tokens_per_s}, {"mfu", m.mfu},
-                            {"peak_mem_bytes", peak}, {"step_time_s", dt},   {"label_tokens", n_global},
-                            {"epoch", ss.epoch}};
+        nlohmann::json j = {{"step", step},         {"lr", m.lr},          {"tokens_per_s", m.tokens_per_s},
+                            {"mfu", m.mfu},           {"peak_mem_bytes", peak}, {"step_time_s", dt},
+                            {"label_tokens", n_global}, {"epoch", ss.epoch}};
+        if (std::isfinite(loss)) j["loss"] = loss;  // JSON has no NaN; a skipped step says so instead
+        if (std::isfinite(grad_norm)) j["grad_norm"] = grad_norm;
+        if (!update) {
+          j["skipped"] = true;
+          std::fprintf(stderr, "dtr-train: warning: step %lld skipped: loss %g, gradient norm %g (on_nonfinite: skip)\n",
+                       (long long)step, std::isnan(loss) ? NAN : loss, std::isnan(grad_norm) ? NAN : grad_norm);
+        } else if (auto w = health.collapse_warning(step, loss, grad_norm)) {
+          std::fprintf(stderr, "dtr-train: warning: %s\n", w->c_str());
+        }
         if (val >= 0) j["val_loss"] = val;
         metrics->write(j);
         if (step % r.logging.every_steps == 0 || step == total_steps) progress.step(m);
@@ -337,6 +349,9 @@ int run_training(const Recipe& r, const TrainOptions& opt) {
   try {
     Trainer t{r, opt, plan, train_set, val_set, rank, world};
     return t.run();
+  } catch (const AllRanksError& e) {  // every rank is here with the same message
+    if (rank == 0) std::fprintf(stderr, "dtr-train: error: %s\n", e.what());
+    return 1;
   } catch (const std::exception& e) {
     std::fprintf(stderr, "[rank %d] dtr-train: error: %s\n", rank, e.what());
     std::fflush(stderr);
