@@ -85,6 +85,11 @@ Tensor from_local(const Tensor& local, const DeviceMesh& mesh, const Placements&
   return out;
 }
 
+void set_grad_keeps_partial(const Tensor& leaf, bool keep) {
+  dtensor_spec(leaf, "set_grad_keeps_partial");
+  static_cast<DTensorState*>(leaf.dist_spec().get())->grad_keeps_partial = keep;
+}
+
 Tensor to_local(const Tensor& x) {
   const DTensorSpec& s = dtensor_spec(x, "to_local");
   Tensor out = local_tensor(x).detach();

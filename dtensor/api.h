@@ -32,6 +32,13 @@ Tensor to_local(const Tensor& x);
 /// The whole tensor on every rank (redistribute to Replicate, then to_local). Differentiable.
 Tensor full_tensor(const Tensor& x);
 
+/// Lets the gradient accumulated into distributed leaf `leaf` stay Partial on the mesh dims
+/// where the leaf is Replicate. By default a Partial gradient is reduced to the leaf's placements
+/// when it arrives, in the gradient's dtype; a caller that reduces it itself, e.g. in another
+/// dtype (FSDP + TP reduces in MixedPrecisionPolicy.reduce_dtype), sets this on the leaf and
+/// redistributes its .grad when it needs it. Errors: `leaf` is not distributed.
+void set_grad_keeps_partial(const Tensor& leaf, bool keep = true);
+
 /// Accessors for a distributed tensor.
 const Placements& placements(const Tensor& x);
 const DeviceMesh& device_mesh(const Tensor& x);

@@ -153,10 +153,16 @@ class DTensorDispatcher final : public DistributedDispatcher {
   }
 
   /// The gradient of a leaf lands in the leaf's placements, Partial mapped to Replicate (the
-  /// gradient of a pending sum is the same on every rank).
+  /// gradient of a pending sum is the same on every rank); a leaf marked grad_keeps_partial keeps
+  /// a Partial gradient where it is Replicate.
   Tensor grad_for_leaf(const Tensor& leaf, const Tensor& grad) override {
     const DTensorSpec& ls = dtensor_spec(leaf, "AccumulateGrad");
-    const Placements want = without_partial(ls.placements);
+    Placements want = without_partial(ls.placements);
+    if (grad.is_distributed() && static_cast<const DTensorState*>(leaf.dist_spec().get())->grad_keeps_partial) {
+      const Placements& gp = dtensor_spec(grad).placements;
+      for (size_t i = 0; i < want.size(); ++i)
+        if (ls.placements[i].is_replicate() && gp[i].is_partial()) want[i] = gp[i];
+    }
     if (!grad.is_distributed()) {
       // A plain gradient for a distributed leaf: treat it as the replicated full value.
       DTensorSpec rs{ls.mesh, replicate_all(ls.mesh.ndim()), grad.sizes(), grad.dtype()};

@@ -34,6 +34,9 @@ struct DTensorState final : DistributedSpec {
   DTensorState(DTensorSpec s, Tensor l) : spec(std::move(s)), local(std::move(l)) {}
   DTensorSpec spec;
   Tensor local;
+  /// Leaves only: the accumulated gradient keeps Partial placements on mesh dims where the leaf
+  /// is Replicate (set_grad_keeps_partial in api.h).
+  bool grad_keeps_partial = false;
   std::string str() const override { return spec.str(); }
 };
 

@@ -15,11 +15,11 @@ namespace {
 
 char* bytes_of(const Tensor& t) { return static_cast<char*>(t.data_ptr()); }
 
-/// The unsharded gradient as a plain tensor of p.shape (the TP-local gradient under FSDP + TP,
-/// brought to the parameter's TP placements first), or undefined.
-Tensor local_grad(const FSDPParam& p) {
-  Tensor g = p.unsharded.grad();
-  if (!g.defined() || !g.is_distributed()) return g;
+/// An unsharded gradient as a plain tensor of p.shape: under FSDP + TP the TP-local gradient,
+/// brought to the parameter's TP placements first. Callers cast to reduce_dtype before, so a
+/// Partial gradient (the unsharded TP leaves keep them) is reduced over tp in reduce_dtype.
+Tensor tp_local_grad(const FSDPParam& p, Tensor g) {
+  if (!g.is_distributed()) return g;
   if (placements(g) != p.tp_spec->placements) g = redistribute(g, p.tp_spec->placements);
   return local_tensor(g);
 }
@@ -117,6 +117,9 @@ FSDPParamGroup::FSDPParamGroup(nn::Module& module, std::vector<std::pair<std::ve
     Tensor buf = empty(p.shape, TensorOptions(param_dtype_));
     buf.storage()->resize_(0);
     p.unsharded = p.tp_spec ? make_dtensor(buf, *p.tp_spec) : buf;
+    // A replicated TP parameter used on sharded activations (sequence parallelism) gets a
+    // Partial gradient: keep it, so that its tp reduction runs in reduce_dtype (reduce_grads_async).
+    if (p.tp_spec) set_grad_keeps_partial(p.unsharded);
     p.unsharded.set_name(p.fqns[0]);
   }
   layout_grads();
@@ -243,13 +246,13 @@ void FSDPParamGroup::reduce_grads_async() {
   char* dst = bytes_of(rs_in_);
   for (FSDPParam& p : params_) {
     if (!p.trainable) continue;
-    Tensor g = local_grad(p);
+    Tensor g = p.unsharded.grad();
     if (g.defined()) g = g.to(reduce_dtype_);
     if (p.acc_grad.defined()) g = g.defined() ? add(p.acc_grad, g) : p.acc_grad;
     p.unsharded.set_grad(Tensor());
     p.acc_grad = Tensor();
     if (!g.defined()) continue;  // unused parameter: zeros
-    g = g.contiguous();
+    g = tp_local_grad(p, g).contiguous();
     const char* src = bytes_of(g);
     for (int64_t r = 0; r < shard_size_; ++r) {
       const int64_t n = p.rows_of(r) * p.row_numel;
@@ -303,10 +306,10 @@ void FSDPParamGroup::accumulate_unsynced() {
   NoGradGuard no_grad;
   for (FSDPParam& p : params_) {
     if (!p.trainable) continue;
-    Tensor g = local_grad(p);
+    Tensor g = p.unsharded.grad();
     if (!g.defined()) continue;
-    g = g.to(reduce_dtype_);
-    p.acc_grad = p.acc_grad.defined() ? add(p.acc_grad, g) : g.contiguous();
+    g = g.to(reduce_dtype_);  // a TP DTensor stays one (Partial kept: reduced once, at the sync)
+    p.acc_grad = p.acc_grad.defined() ? add(p.acc_grad, g) : g;
     p.unsharded.set_grad(Tensor());
   }
 }

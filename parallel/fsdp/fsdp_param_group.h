@@ -36,7 +36,8 @@ struct FSDPParam {
   std::optional<DTensorSpec> tp_spec;  // FSDP + TP: the parameter's TP spec (1-d tp mesh), else none
   Tensor sharded;                 // the DTensor parameter (leaf) the optimizer steps
   Tensor unsharded;               // leaf in param_dtype (a TP DTensor under FSDP + TP); storage freed when resharded
-  Tensor acc_grad;                // unsynced accumulation in reduce_dtype (when != param_dtype)
+  Tensor acc_grad;                // unsynced accumulation in reduce_dtype (when != param_dtype); like
+                                  // unsharded.grad(), a TP DTensor under FSDP + TP (Partial kept)
   int64_t padded_numel() const { return chunk_rows * row_numel; }
   /// Rows rank r of the shard dim holds.
   int64_t rows_of(int64_t r) const;

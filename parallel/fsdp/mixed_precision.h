@@ -11,7 +11,9 @@ namespace dtr {
 /// - param_dtype: dtype of the unsharded (all-gathered) parameters used for compute; the
 ///   sharded parameters (the optimizer's master copy) keep their own dtype. The all-gather
 ///   runs in param_dtype (the local shards are cast before the collective).
-/// - reduce_dtype: dtype of the gradient reduce-scatter / all-reduce (default: param_dtype).
+/// - reduce_dtype: dtype of the gradient reduce-scatter / all-reduce (default: param_dtype);
+///   under FSDP + TP also of the tp all-reduce of Partial gradients (replicated parameters used
+///   on sequence-sharded activations), which are cast before they are reduced.
 ///   Unsynced gradient accumulation keeps the unsharded gradients in reduce_dtype.
 /// - output_dtype: the root unit casts its floating outputs to it.
 /// - cast_forward_inputs: every unit casts its floating forward inputs to param_dtype.
