@@ -129,7 +129,15 @@ void MeshContext::validate(const std::string& where) const {
             " does not divide dp_size=", dp_size);
   DTR_CHECK(pp_size == 1, where, ".pp_size=", pp_size, ": pipeline parallelism is not built in dtr yet (use 1)");
   DTR_CHECK(cp_size == 1, where, ".cp_size=", cp_size, ": context parallelism is not built in dtr yet (use 1)");
-  DTR_CHECK(ep_size == 1, where, ".ep_size=", ep_size, ": expert parallelism is not built in dtr yet (use 1)");
+  // Expert parallelism carves ep out of the data-parallel shard ranks (Automodel's MoE mesh):
+  // dp_shard_cp = ep_shard x ep, ep fastest.
+  DTR_CHECK(ep_size == 1 || (dp_size / dp_replicate_size * cp_size) % ep_size == 0, where, ".ep_size=", ep_size,
+            " does not divide dp_shard_cp = dp_size/dp_replicate_size*cp_size = ", dp_size / dp_replicate_size * cp_size,
+            " (experts are sharded over data-parallel ranks)");
+  DTR_CHECK(!(strategy == "ddp" && ep_size > 1), where, ".strategy=ddp does not support ep_size=", ep_size,
+            " (use fsdp2)");
+  DTR_CHECK(!(ep_size > 1 && sequence_parallel), where, ".ep_size=", ep_size,
+            " with sequence_parallel=true is not built in dtr (the MoE block needs whole sequences on each tp rank)");
   DTR_CHECK(!(strategy == "ddp" && (tp_size > 1 || dp_replicate_size > 1)), where,
             ".strategy=ddp needs tp_size=1 and dp_replicate_size=1 (got tp_size=", tp_size, ", dp_replicate_size=",
             dp_replicate_size, ")");
@@ -144,6 +152,21 @@ void MeshContext::build_mesh() {
                                       std::vector<std::string>{"pp", "dp_replicate", "dp_shard", "cp", "tp"});
   mesh->flatten({"dp_replicate", "dp_shard"}, "dp");
   mesh->flatten({"dp_shard", "cp"}, "dp_shard_cp");
+  if (ep_size > 1)  // cp is 1 (validate), so dp_shard_cp = dp_shard = ep_shard x ep in the same rank order
+    moe_mesh = std::make_shared<DeviceMesh>(
+        Shape{pp_size, dp_replicate_size, dp_shard_size * cp_size / ep_size, ep_size, tp_size},
+        std::vector<std::string>{"pp", "dp_replicate", "ep_shard", "ep", "tp"}, mesh->device());
+}
+
+DeviceMesh MeshContext::ep_mesh() const {
+  DTR_CHECK(moe_mesh != nullptr, "MeshContext: no MoE mesh (ep_size=", ep_size, "; build_mesh() builds it for ep_size > 1)");
+  return (*moe_mesh)["ep"];
+}
+
+DeviceMesh MeshContext::expert_fsdp_mesh() const {
+  DTR_CHECK(moe_mesh != nullptr, "MeshContext: no MoE mesh (ep_size=", ep_size, "; build_mesh() builds it for ep_size > 1)");
+  if (dp_replicate_size > 1) return (*moe_mesh)[std::vector<std::string>{"dp_replicate", "ep_shard", "ep"}];
+  return (*moe_mesh)[std::vector<std::string>{"ep_shard", "ep"}];
 }
 
 DeviceMesh MeshContext::tp_mesh() const {

@@ -34,11 +34,15 @@ struct MeshContext {
   int fsdp2_backward_prefetch_depth = 2;
   /// The 5-d mesh (pp, dp_replicate, dp_shard, cp, tp); built by build_mesh().
   std::shared_ptr<DeviceMesh> mesh;
+  /// ep_size > 1: the MoE mesh (pp, dp_replicate, ep_shard, ep, tp) over the same ranks, ep carved
+  /// out of dp_shard_cp (ep fastest, so an ep group is ep consecutive dp_shard ranks).
+  std::shared_ptr<DeviceMesh> moe_mesh;
 
   /// Parses and validates `distributed` (a YAML map; `where` names it in errors, e.g.
   /// "configs/x.yaml: distributed"). Errors (dtr::Error, one line naming the key and the
   /// numbers): unknown key, wrong type, sizes < 1, world % (tp*cp*pp) != 0, dp*tp*cp*pp !=
-  /// world, dp % dp_replicate != 0, pp/cp/ep > 1 (not built yet), unknown strategy, ddp with
+  /// world, dp % dp_replicate != 0, pp/cp > 1 (not built yet), dp_shard_cp % ep != 0, ep > 1 with ddp or
+  /// sequence_parallel, unknown strategy, ddp with
   /// tp > 1 or dp_replicate > 1. Does not create process groups.
   static MeshContext from_yaml(const YAML::Node& distributed, int64_t world_size, const std::string& where);
   /// The same validation for a context filled in code.
@@ -54,6 +58,10 @@ struct MeshContext {
   /// FSDP + TP: the data-parallel mesh with tp appended: (dp_shard_cp, tp), or (dp_replicate,
   /// dp_shard, tp) for HSDP. The "tp" dim is the mesh of the TP DTensors (tp_mesh()).
   DeviceMesh fsdp_tp_mesh() const;
+  /// Expert parallelism (ep_size > 1): the 1-d "ep" mesh the experts are sharded over, and the
+  /// mesh their FSDP runs on: (ep_shard, ep), or (dp_replicate, ep_shard, ep) with HSDP.
+  DeviceMesh ep_mesh() const;
+  DeviceMesh expert_fsdp_mesh() const;
   /// 1-d flattened dp mesh (all data-parallel ranks).
   DeviceMesh dp_mesh() const;
   /// This rank's index among the data-parallel ranks, and their number.

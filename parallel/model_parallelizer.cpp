@@ -4,6 +4,7 @@
 
 #include "parallel/activation_checkpoint.h"
 #include "parallel/ddp.h"
+#include "parallel/expert_parallel.h"
 #include "dtensor/spec.h"
 #include "parallel/fsdp/fully_shard.h"
 #include "tensor/dispatch.h"
@@ -86,6 +87,12 @@ void parallelize_model(nn::Module& model, const MeshContext& ctx) {
     parallelize_module(model, ctx.tp_mesh(), plan);
     p->after_tp(model, ctx);
   }
+  // Expert parallelism (Automodel's order: TP, EP, AC, FSDP): experts Shard(0) over ep, tokens
+  // moved by all-to-all; their FSDP below runs over the rest of the dp ranks.
+  if (ctx.ep_size > 1) {
+    DTR_CHECK(apply_expert_parallel(model, ctx.ep_mesh()) > 0, "parallelize_model: distributed.ep_size=", ctx.ep_size,
+              " but the ", model.type_name(), " model has no MoE block");
+  }
   apply_ac();
   if (ctx.dp_size == 1) return;
   FSDPOptions opt;
@@ -98,6 +105,14 @@ void parallelize_model(nn::Module& model, const MeshContext& ctx) {
   for (size_t i = 0; i < layer_list.size(); ++i) {
     FSDPOptions o = opt;
     o.reshard_after_forward = ctx.reshard_after_forward.value_or(i + 1 != layer_list.size());
+    if (ctx.ep_size > 1) {
+      // The experts: own unit on (ep_shard, ep); their gradients were summed over ep by the
+      // all-to-all backward and over ep_shard (and dp_replicate) by FSDP: divide by the whole dp.
+      FSDPOptions eo = o;
+      eo.gradient_divide_factor = static_cast<double>(ctx.dp_size);
+      for (const auto& moe : nn::moe_modules(*layer_list[i].second))
+        fully_shard(*moe->experts(), ctx.expert_fsdp_mesh(), eo);
+    }
     fully_shard(*layer_list[i].second, mesh, o);
   }
   for (auto& [fqn, m] : p->extra_units(model)) {

@@ -47,6 +47,11 @@ std::shared_ptr<ModelParallelizer> parallelizer_for(const nn::Module& model);
 ///    layer (reshard_after_forward true except the last layer, unless set explicitly) ->
 ///    extra units (untied trainable embeddings) -> root (not resharded);
 ///  - ddp: activation checkpointing, then replicate on the dp mesh.
+///  - fsdp2 with ep_size > 1 (expert parallelism): after TP, the experts of every nn::MoE are
+///    sharded Shard(0) over ctx.ep_mesh() (apply_expert_parallel: tokens move by all-to-all),
+///    then AC, then per layer its experts get their own unit on ctx.expert_fsdp_mesh()
+///    ((ep_shard, ep); gradients divided by the whole dp size) before the layer's unit on the
+///    dp mesh takes the rest. Errors: no MoE block in the model, num_experts % ep_size != 0.
 ///  - fsdp2 with dp > 1 and tp > 1: TP, then FSDP + TP: the same fully_shard units on the
 ///    (dp_shard, tp) mesh (ctx.fsdp_tp_mesh(); HSDP: (dp_replicate, dp_shard, tp)), the TP
 ///    DTensors sharded over dp (StridedShard(0, tp) when TP splits dim 0).

@@ -125,6 +125,8 @@ Plan make_plan(const Recipe& r, int world) {
             c.num_attention_heads, " (", p.model_source, ")");
   DTR_CHECK(kv % tp == 0, "distributed.tp_size=", tp, " does not divide num_key_value_heads=", kv, " (",
             p.model_source, ")");
+  DTR_CHECK(p.mesh.ep_size == 1, "distributed.ep_size=", p.mesh.ep_size, ": ", p.model_source,
+            " has no MoE block (dtr-train builds dense models only so far; use ep_size 1)");
   p.dp_size = p.mesh.dp_size;
   const auto& st = r.step_scheduler;
   const int64_t per_step = st.local_batch_size * p.dp_size;

@@ -58,6 +58,8 @@ FSDPParamGroup::FSDPParamGroup(nn::Module& module, std::vector<std::pair<std::ve
   shard_size_ = mesh.size(shard_dim);
   dp_size_ = 1;
   for (int i = 0; i < dp_dims; ++i) dp_size_ *= mesh.size(i);
+  divide_factor_ = opt.gradient_divide_factor.value_or(static_cast<double>(dp_size_));
+  DTR_CHECK(divide_factor_ > 0, "fully_shard(", label_, "): gradient_divide_factor=", divide_factor_, " must be > 0");
   const int64_t tp_size = tp_layout ? mesh.size(nd - 1) : 1;
   const int64_t coord = mesh.coordinate(shard_dim);
 
@@ -281,7 +283,7 @@ void FSDPParamGroup::finish_reduce_apply() {
   }
   if (!rs_out_.defined()) return;
   NoGradGuard no_grad;
-  const double scale = 1.0 / static_cast<double>(dp_size_);
+  const double scale = 1.0 / divide_factor_;
   for (FSDPParam& p : params_) {
     if (!p.trainable) continue;
     Shape local_shape = p.shape;

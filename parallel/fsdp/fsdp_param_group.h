@@ -120,6 +120,7 @@ class FSDPParamGroup {
   DeviceMesh mesh_;
   std::shared_ptr<ProcessGroup> shard_pg_, replicate_pg_;
   int64_t shard_size_ = 1, dp_size_ = 1;  // dp_size_: product of the dp dims (tp excluded)
+  double divide_factor_ = 1;              // gradients are divided by it (default dp_size_)
   std::string label_;
   std::vector<FSDPParam> params_;
   DType storage_dtype_ = DType::f32, param_dtype_ = DType::f32, reduce_dtype_ = DType::f32;

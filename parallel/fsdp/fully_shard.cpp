@@ -125,9 +125,10 @@ void check_tp_param(const std::string& label, const std::string& fqn, const Tens
   DTR_CHECK(tp_layout, "fully_shard(", label, "): parameter \"", fqn, "\" is already a DTensor (", s.str(),
             "); for FSDP + TP pass the (dp_shard, tp) mesh whose \"tp\" dim is the parameter's mesh, got ",
             mesh.str());
-  DTR_CHECK(s.mesh.ndim() == 1 && s.mesh == mesh["tp"], "fully_shard(", label, "): FSDP + TP mesh dims do not match: ",
-            "parameter \"", fqn, "\" lives on ", s.mesh.str(), " but the fully_shard mesh's tp dim is ",
-            mesh["tp"].str(), " (full mesh ", mesh.str(), ")");
+  const std::string inner = mesh.dim_names().back();  // "tp", or "ep" (expert parallelism)
+  DTR_CHECK(s.mesh.ndim() == 1 && s.mesh == mesh[inner], "fully_shard(", label, "): FSDP + ", inner,
+            " mesh dims do not match: parameter \"", fqn, "\" lives on ", s.mesh.str(), " but the fully_shard mesh's ",
+            inner, " dim is ", mesh[inner].str(), " (full mesh ", mesh.str(), ")");
   DTR_CHECK(s.placements[0].is_shard() || s.placements[0].is_replicate(), "fully_shard(", label, "): parameter \"",
             fqn, "\" has TP placement ", s.placements[0].str(), "; FSDP + TP needs Shard or Replicate");
 }
@@ -281,11 +282,12 @@ void fully_shard(nn::Module& module, const DeviceMesh& mesh, const FSDPOptions& 
   // FSDP + TP: the mesh ends with a dim named "tp" (MeshContext's name), the mesh of the TP
   // DTensor parameters.
   const auto& names = mesh.dim_names();
-  const bool tp_layout = std::find(names.begin(), names.end(), "tp") != names.end();
+  // Expert parallelism: the same layout with the experts' "ep" dim last ((ep_shard, ep) mesh).
+  const bool tp_layout = std::find(names.begin(), names.end(), "tp") != names.end() || names.back() == "ep";
   if (tp_layout) {
-    DTR_CHECK(names.back() == "tp" && (mesh.ndim() == 2 || mesh.ndim() == 3), "fully_shard(", label,
-              "): FSDP + TP expects a (dp_shard, tp) or (dp_replicate, dp_shard, tp) mesh with tp last, got ",
-              mesh.str());
+    DTR_CHECK((names.back() == "tp" || names.back() == "ep") && (mesh.ndim() == 2 || mesh.ndim() == 3), "fully_shard(",
+              label, "): FSDP + TP expects a (dp_shard, tp) or (dp_replicate, dp_shard, tp) mesh with tp last ",
+              "(expert parallelism: ep last), got ", mesh.str());
   } else {
     DTR_CHECK(mesh.ndim() == 1 || mesh.ndim() == 2, "fully_shard(", label, "): expected a 1-d (shard) or 2-d ",
               "(replicate, shard) mesh, got ", mesh.ndim(), " dims ", mesh.str());

@@ -46,6 +46,10 @@ struct FSDPOptions {
   OffloadPolicy offload_policy;
   int forward_prefetch_depth = 1;
   int backward_prefetch_depth = 1;
+  /// What the reduced gradients are divided by (PyTorch's set_gradient_divide_factor); unset:
+  /// the product of the unit's dp dims. Expert parallelism sets the whole dp size for the experts'
+  /// units, whose FSDP mesh leaves out the ep dim that the token all-to-all already summed over.
+  std::optional<double> gradient_divide_factor;
 };
 
 }  // namespace dtr

@@ -120,6 +120,12 @@ TEST_CASE("recipe: checks against the world size and the model, before any alloc
   CHECK(contains(e, "peft.target_modules [nothing_here] match no Linear module"));
   e = plan_error({"distributed.bogus=1"}, 1);
   CHECK(contains(e, "bogus"));
+  // ep carved out of dp: 3 does not divide dp 4; 2 does, but the dense model has no experts
+  e = plan_error({"distributed.ep_size=3"}, 4);
+  CHECK(contains(e, "ep_size=3 does not divide dp_shard_cp"));
+  e = plan_error({"distributed.ep_size=2"}, 4);
+  CHECK(contains(e, "distributed.ep_size=2"));
+  CHECK(contains(e, "has no MoE block"));
 }
 
 TEST_CASE("recipe: plan derives accumulation and parameter counts") {
