@@ -1,7 +1,7 @@
 // dtr-train: fine-tunes a Llama-architecture model from a YAML recipe, on one process or under
 // mpirun. Thin front end: CLI parsing here, everything else in apps/train/.
 //   dtr-train --config FILE [--set key.path=value ...] [--dry-run] [--stop-after N] [--no-resume]
-//             [--progress auto|bar|lines]
+//             [--overwrite] [--progress auto|bar|lines]
 #include <CLI/CLI.hpp>
 
 #include <cstdio>
@@ -23,6 +23,9 @@ int main(int argc, char** argv) {
   app.add_flag("--dry-run", opt.dry_run, "print the resolved recipe, mesh, parameter counts and memory estimate");
   app.add_option("--stop-after", opt.stop_after, "leave after this global step without final export (resume tests)");
   app.add_flag("--no-resume", opt.no_resume, "ignore existing checkpoints in checkpoint.checkpoint_dir");
+  app.add_flag("--overwrite", opt.overwrite,
+               "remove an earlier run's outputs (metrics, plot, adapter, export, checkpoints) that a run from step 0 "
+               "would overwrite; without it such a run refuses to start");
   app.add_option("--progress", opt.progress,
                  "progress display: auto (\\r line on a terminal; mpirun gives ranks a pty), bar, lines")
       ->check(CLI::IsMember({"auto", "bar", "lines"}));

@@ -4,12 +4,14 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <filesystem>
 #include <limits>
 #include <memory>
 
 #include "apps/train/checkpoint.h"
 #include "apps/train/export.h"
 #include "apps/train/health.h"
+#include "apps/train/outputs.h"
 #include "apps/train/progress.h"
 #include "apps/train/setup.h"
 #include "dtensor/api.h"
@@ -25,6 +27,8 @@
 #include "tensor/optim/adamw.h"
 #include "tensor/optim/lr_scheduler.h"
 #include "tensor/random.h"
+
+namespace fs = std::filesystem;
 
 namespace dtr::train {
 namespace {
@@ -176,6 +180,27 @@ struct Trainer {
       }
     }
     sched->set_step(step);
+    if (step >= total_steps && step > 0) {
+      // A finished job run again: nothing to train. Its exports are written again only when
+      // missing (killed after the last checkpoint); rank 0 looks, every rank follows.
+      bool missing = false;
+      if (rank == 0) {
+        std::error_code ec;
+        missing = (r.peft.enabled && !fs::exists(fs::path(r.checkpoint.adapter_dir) / "adapter_config.json", ec)) ||
+                  (r.checkpoint.save_consolidated &&
+                   !fs::exists(fs::path(r.checkpoint.checkpoint_dir) / "consolidated" / "config.json", ec));
+      }
+      missing = all_ranks_max(missing ? 1 : 0) != 0;
+      if (!missing) {
+        note("nothing to do: the run is complete (step " + std::to_string(step) + " of " + std::to_string(total_steps) +
+             " in " + r.checkpoint.checkpoint_dir + "); its outputs are left as they are. Raise "
+             "step_scheduler.max_steps / num_epochs to train further, or --no-resume --overwrite to start over");
+        wg.barrier()->wait();
+        return 0;
+      }
+      note("the run is complete (step " + std::to_string(step) + " of " + std::to_string(total_steps) +
+           "); writing its missing exports");
+    }
 
     std::unique_ptr<MetricsWriter> metrics;
     if (rank == 0) metrics = std::make_unique<MetricsWriter>(r.logging.metrics_file, step);
@@ -310,7 +335,9 @@ struct Trainer {
     for (const auto& line : export_final(*model, r)) note(line);
     if (rank == 0) {
       if (plot_loss_png(r.logging.metrics_file, r.logging.plot_file)) note("loss curve: " + r.logging.plot_file);
-      std::snprintf(buf, sizeof buf, "done: %lld steps, train loss %.4f%s, metrics %s", (long long)step, last_loss,
+      char loss_txt[64] = "no training step in this run";
+      if (!std::isnan(last_loss)) std::snprintf(loss_txt, sizeof loss_txt, "train loss %.4f", last_loss);
+      std::snprintf(buf, sizeof buf, "done: %lld steps, %s%s, metrics %s", (long long)step, loss_txt,
                     std::isnan(last_val) ? "" : (", validation loss " + std::to_string(last_val)).c_str(),
                     r.logging.metrics_file.c_str());
       note(buf);
@@ -345,6 +372,25 @@ int run_training(const Recipe& r, const TrainOptions& opt) {
   } catch (const std::exception& e) {
     if (rank == 0) std::fprintf(stderr, "dtr-train: error: %s\n", e.what());
     return 1;
+  }
+  // The output directory: locked by rank 0 for the run, earlier outputs never overwritten
+  // silently. Rank 0 decides, every rank learns the outcome (a bounded world all-reduce).
+  std::unique_ptr<OutputLock> lock;
+  {
+    std::string err;
+    std::vector<std::string> notes;
+    if (rank == 0) {
+      try {
+        notes = prepare_outputs(r, !opt.no_resume, opt.overwrite, lock);
+      } catch (const std::exception& e) {
+        err = e.what();
+      }
+    }
+    if (all_ranks_max(err.empty() ? 0 : 1) != 0) {
+      if (rank == 0) std::fprintf(stderr, "dtr-train: error: %s\n", err.c_str());
+      return 1;
+    }
+    for (const auto& n : notes) std::printf("%s\n", n.c_str());
   }
   try {
     Trainer t{r, opt, plan, train_set, val_set, rank, world};

@@ -27,6 +27,9 @@ struct TrainOptions {
   int64_t stop_after = 0;
   /// Ignore existing checkpoints (start from step 0).
   bool no_resume = false;
+  /// Remove the outputs of an earlier run that a run from step 0 would overwrite (else such a
+  /// run refuses to start; see outputs.h).
+  bool overwrite = false;
   /// Progress display: "auto" (\r line when stdout is a terminal; note that under mpirun the
   /// ranks' stdout is a pty, so auto gives the \r line there), "bar" or "lines".
   std::string progress = "auto";

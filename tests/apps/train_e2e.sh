@@ -129,7 +129,8 @@ epochs)
   run 1 configs/ci/single.yaml "${ep[@]}" --set checkpoint.checkpoint_dir=$d/single > /dev/null || fail "single 2-epoch run"
   echo "== 2 epochs: dp 2 vs single"
   "$CMP" $d/single/metrics.jsonl $d/full/metrics.jsonl --from 1 --to 12 --rtol $LOSS_RTOL || fail "dp 2 vs single over 2 epochs"
-  log=$(run 2 configs/ci/dp.yaml "${ep[@]}" --set step_scheduler.max_steps=9 --set checkpoint.enabled=false 2>&1) ||
+  log=$(run 2 configs/ci/dp.yaml "${ep[@]}" --set step_scheduler.max_steps=9 --set checkpoint.enabled=false \
+        --set checkpoint.checkpoint_dir=$d/max9 2>&1) ||
     { echo "$log" | tail -5; fail "max_steps=9 run"; }
   grep -q "done: 9 steps" <<<"$log" || { echo "$log" | tail -5; fail "max_steps=9 with 2 epochs of 6 did not stop at 9"; }
   for spec in 10:8 5:4; do

@@ -10,6 +10,12 @@
 #          (before: exit 0, NaN checkpoints and adapter, keep_last removed the finite one);
 #          on_nonfinite skip drops the updates and stops after 10 in a row; lr 0 on one batch
 #          gives one collapse warning.
+# rerun:   a finished job rerun says it is complete and changes nothing; a rerun from step 0
+#          into the same directory (checkpoint.enabled false, --no-resume) refuses to
+#          overwrite, --overwrite replaces and says so; a second run on a locked directory and
+#          torchrun-style copies (WORLD_SIZE / RANK without mpirun) stop at start.
+# stopped: one rank SIGSTOPped with DTR_COMM_TIMEOUT_S=3: the job ends with the timeout
+#          message within seconds, the last complete checkpoint intact.
 set -uo pipefail
 mode="$1"; TRAIN="$2"; TOOLS="$3"; MPIRUN="${4:-mpirun}"
 ROOT_FLAG=""; [ "$(id -u)" -eq 0 ] && ROOT_FLAG="--allow-run-as-root"
@@ -75,6 +81,74 @@ divergence)
   grep -q "dtr-train: warning: step 5: the loss has stayed at .* for 5 steps" $out/flat.log || fail "no collapse warning"
   [ "$(grep -c 'looks collapsed' $out/flat.log)" -eq 1 ] || fail "collapse warned more than once"
   echo "ok: collapse warning"
+  ;;
+rerun)
+  base=(--set step_scheduler.max_steps=4 --set checkpoint.checkpoint_dir=$out/a)
+  run 2 configs/ci/dp.yaml "${base[@]}" > $out/a.log 2>&1 || { tail -5 $out/a.log; fail "first run"; }
+  sums() { md5sum $out/a/metrics.jsonl $out/a/adapter/adapter_model.safetensors; }
+  before=$(sums)
+  # 1. The finished job again: says so, leaves everything as it is (before: "train loss nan").
+  log=$(run 2 configs/ci/dp.yaml "${base[@]}" 2>&1) || { echo "$log" | tail -5; fail "rerun of a finished job"; }
+  grep -q "nothing to do: the run is complete (step 4 of 4" <<<"$log" || { echo "$log" | tail -5; fail "no 'done' message"; }
+  ! grep -q "loss nan" <<<"$log" || fail "rerun printed a nan loss"
+  [ "$(sums)" = "$before" ] || fail "the finished job's outputs changed"
+  echo "ok: a finished job rerun says it is complete"
+  # 2. checkpoint.enabled false into the same directory: refused, nothing touched (before: the
+  #    metrics were truncated and the adapter overwritten, exit 0).
+  err=$(run 2 configs/ci/dp.yaml "${base[@]}" --set checkpoint.enabled=false 2>&1 >/dev/null) && fail "rerun without checkpoints exited 0"
+  [ "$(grep -c 'dtr-train: error:' <<<"$err")" -eq 1 ] || { echo "$err"; fail "not one error line"; }
+  grep -q "holds the outputs of an earlier run .*metrics.jsonl.*--overwrite" <<<"$err" || { echo "$err"; fail "message"; }
+  [ "$(sums)" = "$before" ] || fail "the earlier run's outputs changed"
+  run 2 configs/ci/dp.yaml "${base[@]}" --no-resume > /dev/null 2>&1 && fail "--no-resume over a finished run exited 0"
+  [ "$(sums)" = "$before" ] || fail "the earlier run's outputs changed (--no-resume)"
+  echo "ok: a rerun from step 0 refuses to overwrite: $(grep -o "holds the outputs.*would overwrite" <<<"$err")"
+  log=$(run 2 configs/ci/dp.yaml "${base[@]}" --set checkpoint.enabled=false --overwrite 2>&1) || fail "--overwrite run"
+  grep -q -- "--overwrite: removed the earlier run's" <<<"$log" || fail "--overwrite did not say what it removed"
+  echo "ok: --overwrite replaces them and says so"
+  # 3. Two runs on one directory at once: the second stops at start.
+  "$MPIRUN" -np 2 --oversubscribe $ROOT_FLAG --mca btl self,vader,tcp --bind-to none "$TRAIN" --progress lines \
+      --config configs/ci/dp.yaml --set step_scheduler.max_steps=2000 --set checkpoint.checkpoint_dir=$out/b > $out/b.log 2>&1 &
+  first=$!
+  for _ in $(seq 600); do [ -s $out/b/metrics.jsonl ] && break; sleep 0.1; done
+  [ -s $out/b/metrics.jsonl ] || { kill $first; fail "first run did not start"; }
+  err=$(run 2 configs/ci/dp.yaml --set step_scheduler.max_steps=2000 --set checkpoint.checkpoint_dir=$out/b 2>&1 >/dev/null)
+  rc=$?
+  kill $first; wait $first 2>/dev/null
+  [ $rc -ne 0 ] || fail "a second run on a locked directory exited 0"
+  grep -q "dtr-train: error: checkpoint.checkpoint_dir '$out/b' is in use by another dtr-train run (pid" <<<"$err" ||
+    { echo "$err"; fail "no lock message"; }
+  echo "ok: $(grep -o 'is in use by another dtr-train run ([^)]*' <<<"$err")"
+  # 4. Two copies launched torchrun-style (WORLD_SIZE / RANK, no mpirun): each stops at once.
+  for rk in 0 1; do
+    err=$(WORLD_SIZE=2 RANK=$rk "$TRAIN" --config configs/ci/single.yaml --set checkpoint.checkpoint_dir=$out/c 2>&1)
+    [ $? -ne 0 ] || fail "torchrun-style copy $rk exited 0"
+    grep -q "dtr-train: error: this process was started as one of 2 (WORLD_SIZE=2, rank $rk) but MPI sees a world of 1" \
+      <<<"$err" || { echo "$err"; fail "no launcher message"; }
+  done
+  [ ! -e $out/c ] || fail "a torchrun-style copy wrote into its output directory"
+  echo "ok: torchrun-style copies stop before writing"
+  ;;
+stopped)
+  # A rank stopped (SIGSTOP) mid-run, DTR_COMM_TIMEOUT_S=3: the other rank's next wait times
+  # out and the job ends with the timeout message; the last complete checkpoint stays.
+  DTR_COMM_TIMEOUT_S=3 "$MPIRUN" -np 2 --oversubscribe $ROOT_FLAG --mca btl self,vader,tcp --bind-to none "$TRAIN" \
+      --progress lines --config configs/ci/dp.yaml --set step_scheduler.max_steps=2000 \
+      --set step_scheduler.ckpt_every_steps=5 --set checkpoint.checkpoint_dir=$out/s > $out/s.log 2>&1 &
+  mpipid=$!
+  for _ in $(seq 600); do [ -d $out/s/step_5 ] && break; sleep 0.1; done
+  [ -d $out/s/step_5 ] || { kill $mpipid; fail "no step_5 before the stop"; }
+  victim=$(pgrep -P $mpipid | tail -1)
+  ps -o args= -p "$victim" | grep -q dtr-train || { kill $mpipid; fail "child $victim of mpirun is not a rank"; }
+  start=$(date +%s)
+  kill -STOP "$victim"
+  for _ in $(seq 120); do kill -0 $mpipid 2>/dev/null || break; sleep 0.5; done
+  if kill -0 $mpipid 2>/dev/null; then kill -CONT "$victim"; kill -9 $mpipid; fail "job still running 60 s after SIGSTOP"; fi
+  kill -CONT "$victim" 2>/dev/null; wait $mpipid
+  elapsed=$(( $(date +%s) - start ))
+  grep -q "timed out after 3 s" $out/s.log || { tail -20 $out/s.log; fail "no timeout message"; }
+  last=$(ls -d $out/s/step_* | sed 's/.*step_//' | sort -n | tail -1)
+  [ -f "$out/s/step_$last/metadata.json" ] || fail "last checkpoint step_$last incomplete"
+  echo "ok: job ended ${elapsed} s after SIGSTOP of one rank: $(grep -m1 -o 'collective .* timed out after 3 s' $out/s.log); step_$last intact"
   ;;
 *) fail "unknown mode $mode" ;;
 esac
