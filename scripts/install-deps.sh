@@ -11,7 +11,6 @@ pkgs=(
   catch2
   nlohmann-json3-dev
   libpcre2-dev
-  zlib1g-dev
   libopenblas-dev
   gnuplot-nox
   python3 python3-pip python3-venv
