@@ -6,6 +6,15 @@
 #include "tensor/random.h"
 
 namespace dtr {
+namespace {
+thread_local int t_recompute_depth = 0;
+struct RecomputeScope {
+  RecomputeScope() { ++t_recompute_depth; }
+  ~RecomputeScope() { --t_recompute_depth; }
+};
+}  // namespace
+
+bool checkpoint_recomputing() { return t_recompute_depth > 0; }
 
 void record_checkpoint(const CheckpointFn& fn, const std::vector<Tensor>& inputs, std::vector<Tensor>& outs,
                        GeneratorState rng, const std::string& what) {
@@ -34,6 +43,7 @@ void record_checkpoint(const CheckpointFn& fn, const std::vector<Tensor>& inputs
            {
              GeneratorStateGuard rng_guard(rng);
              GradModeGuard grad_on(true);
+             RecomputeScope recompute;
              re = fn(detached);
            }
            DTR_CHECK(re.size() == grads.size(), label, ": recomputation returned ", re.size(),

@@ -22,6 +22,10 @@ using CheckpointFn = std::function<std::vector<Tensor>(const std::vector<Tensor>
 void record_checkpoint(const CheckpointFn& fn, const std::vector<Tensor>& inputs, std::vector<Tensor>& outs,
                        GeneratorState rng, const std::string& what);
 
+/// True while a checkpoint node's backward re-runs its forward on this thread (layers that must
+/// not redo a decision of the forward, e.g. MoE routing, reuse what they kept).
+bool checkpoint_recomputing();
+
 /// Runs `fn(inputs)` under NoGradGuard and records one node "checkpoint" whose backward
 /// re-runs `fn` with grad enabled on detached copies of the inputs (requires_grad as the
 /// originals; the Philox generator state of the forward call restored for the re-run), runs

@@ -5,6 +5,7 @@
 #include <cmath>
 #include <numeric>
 
+#include "tensor/autograd/checkpoint.h"
 #include "tensor/autograd/grad_mode.h"
 #include "tensor/ops.h"
 
@@ -17,19 +18,23 @@ Tensor index_tensor(const std::vector<int64_t>& v, Device device) {
   return device.is_cpu() ? t : t.to(device);
 }
 
+}  // namespace
+
 /// Routing of N tokens: the top-k experts of each (ties: lower index first), the order of the
 /// token copies sorted by expert and its inverse.
-struct Routing {
+struct MoERouting {
   std::vector<int64_t> score_index;  // [N*k]: t * E + e of slot t*k + j (into the flat scores)
   std::vector<int64_t> sorted_token;  // [N*k]: token of sorted position p
   std::vector<int64_t> slot_position;  // [N*k]: sorted position of slot s
   Shape counts;                        // [E]
 };
 
-Routing route_on_host(const Tensor& scores, int64_t k) {
+namespace {
+
+MoERouting route_on_host(const Tensor& scores, int64_t k) {
   const int64_t N = scores.size(0), E = scores.size(1);
   const std::vector<double> s = to_dtype(scores.detach().to(Device::cpu()), DType::f64).to_vector<double>();
-  Routing r;
+  MoERouting r;
   r.score_index.resize(N * k);
   r.counts.assign(E, 0);
   std::vector<int64_t> idx(E);
@@ -150,7 +155,11 @@ Tensor MoE::forward(const Tensor& x) {
   const Tensor logits = linear(x2, gate()->weight());  // [N, E]
   const Tensor lf = is_low_precision(logits.dtype()) ? logits.to(DType::f32) : logits;
   const Tensor scores = c.score_func == "softmax" ? softmax(lf, -1) : sigmoid(lf);
-  const Routing r = route_on_host(scores, k);
+  if (!(checkpoint_recomputing() && routing_ && static_cast<int64_t>(routing_->sorted_token.size()) == N * k)) {
+    routing_ = std::make_shared<const MoERouting>(route_on_host(scores, k));
+    ++routings_;
+  }
+  const MoERouting& r = *routing_;
 
   // Router statistics for the auxiliary losses.
   stats_.tokens_per_expert = r.counts;
@@ -225,7 +234,13 @@ Tensor router_z_loss(const std::vector<RouterStats>& stats) {
 
 Tensor moe_auxiliary_loss(Module& model, double aux_coef, double z_coef) {
   std::vector<RouterStats> stats;
-  for (const auto& m : moe_modules(model)) stats.push_back(m->last_router_stats());
+  for (const auto& m : moe_modules(model)) {
+    stats.push_back(m->last_router_stats());
+    DTR_CHECK(!grad_enabled() || !stats.back().prob_sum.defined() || stats.back().prob_sum.requires_grad() ||
+                  !m->gate()->weight().requires_grad() || (aux_coef == 0.0 && z_coef == 0.0),
+              "moe_auxiliary_loss: a MoE block's router statistics carry no autograd graph (it ran under no_grad or ",
+              "inside a fully checkpointed layer); an auxiliary loss with activation checkpointing is not built");
+  }
   if (stats.empty() || (aux_coef == 0.0 && z_coef == 0.0)) return Tensor();
   Tensor loss;
   if (aux_coef != 0.0) loss = mul(load_balancing_loss(stats), aux_coef);

@@ -30,6 +30,8 @@
 
 namespace dtr::nn {
 
+struct MoERouting;  // the host routing of one forward (moe.cpp)
+
 /// Settings of one MoE block (HF config names).
 struct MoEConfig {
   int64_t hidden_size = 0;
@@ -109,10 +111,16 @@ class MoE : public Module {
   std::shared_ptr<TopKRouter> gate() const;
   /// Router statistics of the last forward (empty before the first).
   const RouterStats& last_router_stats() const { return stats_; }
+  /// How many times this block routed tokens (top-k on the host). An activation-checkpoint
+  /// recomputation reuses the routing of the forward it recomputes instead of routing again, so
+  /// recomputed scores that differ in the last bit cannot change the experts a token went to.
+  int64_t routings() const { return routings_; }
 
  private:
   MoEConfig config_;
   RouterStats stats_;
+  std::shared_ptr<const MoERouting> routing_;
+  int64_t routings_ = 0;
 };
 
 /// The MoE blocks of a model, in module order.
@@ -128,7 +136,9 @@ Tensor load_balancing_loss(const std::vector<RouterStats>& stats);
 Tensor router_z_loss(const std::vector<RouterStats>& stats);
 /// aux_coef * load_balancing_loss + z_coef * router_z_loss over the MoE blocks of `model` (their
 /// last forward); a coefficient of 0 skips its term; undefined when the model has no MoE block
-/// or both coefficients are 0.
+/// or both coefficients are 0. Errors: grad mode on and a block whose statistics carry no graph
+/// (it ran under no_grad, e.g. inside a fully checkpointed layer): the loss could not train the
+/// router, which is not built (Megatron attaches it to the block's output instead).
 Tensor moe_auxiliary_loss(Module& model, double aux_coef, double z_coef);
 
 }  // namespace dtr::nn

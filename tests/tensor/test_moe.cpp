@@ -10,6 +10,7 @@
 #include <numeric>
 
 #include "gradcheck.h"
+#include "tensor/autograd/checkpoint.h"
 #include "tensor/nn/moe.h"
 #include "tensor/random.h"
 
@@ -35,7 +36,8 @@ nn::MoEConfig config(int64_t E = 4, int64_t k = 2, bool norm = true, const std::
 std::shared_ptr<nn::MoE> make_moe(const nn::MoEConfig& c, bool shared = false) {
   auto se = shared ? std::make_shared<nn::Linear>(c.hidden_size, c.hidden_size, false, DType::f64) : nullptr;
   auto m = std::make_shared<nn::MoE>(c, DType::f64, true, se, shared);
-  m->set_parameter("gate.weight", uniform({c.num_experts, c.hidden_size}, -1, 1, TensorOptions(DType::f64)));
+  m->set_parameter("gate.weight",
+                   uniform({c.num_experts, c.hidden_size}, -1, 1, TensorOptions(DType::f64)).set_requires_grad(true));
   return m;
 }
 
@@ -224,4 +226,28 @@ TEST_CASE("MoE errors name the key", "[moe]") {
   auto m = make_moe(config());
   CHECK_THROWS_WITH(m->call(zeros({3, 5}, TensorOptions(DType::f64))), Catch::Contains("expected [..., 6]"));
   CHECK_THROWS_WITH(nn::load_balancing_loss({}), Catch::Contains("no router statistics"));
+}
+
+TEST_CASE("MoE under activation checkpointing keeps the forward's routing", "[moe][ac]") {
+  manual_seed(27);
+  auto m = make_moe(config(4, 2, true));
+  Tensor x = uniform({6, 6}, -1, 1, TensorOptions(DType::f64));
+  Tensor wt = uniform({6, 6}, -1, 1, TensorOptions(DType::f64));
+  // reference gradients without checkpointing
+  Tensor x1 = x.clone().set_requires_grad(true);
+  sum(mul(m->call(x1), wt)).backward();
+  std::map<std::string, Tensor> ref;
+  for (auto& [n, p] : m->named_parameters()) {
+    ref[n] = p.grad().clone();
+    p.set_grad(Tensor());
+  }
+  const int64_t before = m->routings();
+  Tensor x2 = x.clone().set_requires_grad(true);
+  Tensor y = checkpoint([&](const std::vector<Tensor>& v) { return m->call(v[0]); }, {x2});
+  // a checkpointed forward ran without a graph: an auxiliary loss could not train the router
+  CHECK_THROWS_WITH(nn::moe_auxiliary_loss(*m, 0.01, 0.0), Catch::Contains("no autograd graph"));
+  sum(mul(y, wt)).backward();
+  CHECK(m->routings() == before + 1);  // the recomputation reused the forward's routing (was + 2)
+  CHECK(max_abs_diff(x2.grad(), x1.grad()) < kF64Tol);
+  for (auto& [n, p] : m->named_parameters()) CHECK(max_abs_diff(p.grad(), ref[n]) < kF64Tol);
 }
