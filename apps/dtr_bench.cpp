@@ -1,7 +1,7 @@
 // dtr-bench: the benchmark front end. `dtr-bench <name> [args]` with name one of gemm, ops,
-// dtensor, collectives, fsdp, train-step. Each prints dtr beside its reference, measured in the
-// same run, except train-step, which profiles dtr's training step alone (bench/compare/ puts it
-// beside PyTorch).
+// dtensor, collectives, fsdp, train-step, moe. Each prints dtr beside its reference, measured in
+// the same run, except train-step and moe (bench/moe.h), which time dtr alone (bench/compare/
+// puts them beside PyTorch: run.sh, moe.sh).
 //
 // dtr-bench train-step [--layers 30] [--hidden 576] [--intermediate 1536] [--heads 9]
 //     [--kv-heads 3] [--vocab 49152] [--seq 256] [--batch 4] [--lora-rank 8] [--lora-alpha 16]
@@ -22,6 +22,7 @@
 #include "bench/dtensor_overhead.h"
 #include "bench/fsdp.h"
 #include "bench/gemm.h"
+#include "bench/moe.h"
 #ifdef DTR_WITH_CUDA
 #include "bench/gemm_gpu.h"
 #endif
@@ -36,6 +37,7 @@ int main(int argc, char** argv) {
 #ifdef DTR_WITH_CUDA
       {"gemm-gpu", dtr::bench::bench_gemm_gpu},
 #endif
+      {"moe", dtr::bench::bench_moe},
       {"ops", dtr::bench::bench_ops},
       {"dtensor", dtr::bench::bench_dtensor},
       {"collectives", dtr::bench::bench_collectives},

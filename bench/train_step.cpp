@@ -68,21 +68,6 @@ double cpu_seconds() {
          1e-6 * static_cast<double>(u.ru_utime.tv_usec + u.ru_stime.tv_usec);
 }
 
-/// Best FLOP/s of dtr's f32 matmul at 1024^3 (the SGEMM peak MFU is measured against).
-double sgemm_peak_flops() {
-  NoGradGuard ng;
-  const int64_t n = 1024;
-  Tensor a = randn({n, n}), b = randn({n, n});
-  double best = 0;
-  for (int i = 0; i < 5; ++i) {
-    const double t0 = now_s();
-    Tensor c = matmul(a, b);
-    const double s = now_s() - t0;
-    if (s > 0) best = std::max(best, 2.0 * n * n * n / s);
-  }
-  return best;
-}
-
 /// Coarse family of an op name for the per-family table.
 std::string op_family(const std::string& n) {
   auto has = [&](const char* s) { return n.find(s) != std::string::npos; };
@@ -175,6 +160,21 @@ int parse(int argc, char** argv, TrainStepConfig& c) {
 }
 
 }  // namespace
+
+/// Best FLOP/s of dtr's f32 matmul at 1024^3 (the SGEMM peak MFU is measured against).
+double sgemm_peak_flops() {
+  NoGradGuard ng;
+  const int64_t n = 1024;
+  Tensor a = randn({n, n}), b = randn({n, n});
+  double best = 0;
+  for (int i = 0; i < 5; ++i) {
+    const double t0 = now_s();
+    Tensor c = matmul(a, b);
+    const double s = now_s() - t0;
+    if (s > 0) best = std::max(best, 2.0 * n * n * n / s);
+  }
+  return best;
+}
 
 double train_step_model_flops(const TrainStepConfig& c) {
   const double T = static_cast<double>(c.batch * c.seq), S = static_cast<double>(c.seq);

@@ -33,6 +33,9 @@ struct TrainStepConfig {
 /// Elementwise ops, norms, softmax, loss and the optimizer count 0.
 double train_step_model_flops(const TrainStepConfig& c);
 
+/// Best FLOP/s of dtr's f32 matmul at 1024^3 over 5 runs (the SGEMM peak MFU is measured against).
+double sgemm_peak_flops();
+
 /// Runs the benchmark (see apps/dtr_bench.cpp for the option list). Prints a per-phase table,
 /// a per-op table and, as the last stdout line, one JSON object:
 ///   {"step_ms_median", "tokens_per_s", "model_flops_per_step", "model_flops_per_s",

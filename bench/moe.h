@@ -1,0 +1,18 @@
+#pragma once
+// dtr-bench moe: one MoE layer step (forward + backward of nn::MoE, f32) on random tokens, with
+// the FLOPs of the expert GEMMs, so that bench/compare/moe.sh can put it beside transformers'
+// Qwen3MoeSparseMoeBlock on the same shape and thread count.
+//
+// dtr-bench moe [--tokens 2048] [--hidden 512] [--intermediate 256] [--experts 16] [--top-k 4]
+//     [--steps 10] [--warmup 2] [--threads T] [--seed 1]
+//   Router U(-0.05, 0.05) (non-degenerate routing), experts nn.Linear-style init, input N(0, 1),
+//   loss sum(out * w) with a fixed random w. Prints a table and, as the last line, one JSON object:
+//   step_ms_median, tokens_per_s, expert_gemm_gflop_per_step, expert_gemm_gflops (expert GEMM
+//   FLOPs / median step time), experts_ms_median (the grouped experts alone, forward + backward,
+//   on sorted tokens), experts_gflops, sgemm_peak_gflops (dtr f32 matmul 1024^3, best of 5),
+//   tokens_per_expert (the routing of the timed input).
+//   Expert GEMM FLOPs per step: 3 GEMMs (gate, up, down) of 2 * T * k * H * I each forward,
+//   twice that backward: 18 * T * k * H * I.
+namespace dtr::bench {
+int bench_moe(int argc, char** argv);
+}  // namespace dtr::bench
