@@ -9,6 +9,7 @@
 
 #include "apps/train/health.h"
 #include "dtensor/spec.h"
+#include "models/formats/mapped_file.h"
 #include "models/formats/safetensors.h"
 #include "tensor/autograd/grad_mode.h"
 #include "tensor/error.h"
@@ -181,21 +182,84 @@ void save_checkpoint(const std::string& root, int64_t step, const NamedParams& p
     for (int r = 0; r < world.size(); ++r) files.push_back("rank_" + std::to_string(r) + ".safetensors");
     meta["files"] = files;
     meta["extra"] = extra;
-    {
-      std::ofstream f(tmp / "metadata.json");
-      f << meta.dump(1) << "\n";
-      DTR_CHECK(f.good(), "checkpoint: cannot write '", (tmp / "metadata.json").string(), "'");
+    {  // fsync'ed (the shard files are too), then the directory entries below
+      const std::string text = meta.dump(1) + "\n";
+      AtomicFileWriter f((tmp / "metadata.json").string());
+      f.write(text.data(), text.size());
+      f.commit();
     }
     std::error_code ec;
     fs::remove_all(final_dir, ec);
     fs::rename(tmp, final_dir, ec);
     DTR_CHECK(!ec, "checkpoint: cannot rename '", tmp.string(), "' to '", final_dir.string(), "': ", ec.message());
+    fsync_directory(root);  // the rename itself is durable
     if (keep_last > 0) {
       auto all = complete_checkpoints(root);
       for (size_t i = 0; i + keep_last < all.size(); ++i) fs::remove_all(all[i].second, ec);
     }
   }
   world.barrier()->wait();
+}
+
+std::vector<std::string> checkpoints_newest_first(const std::string& root) {
+  std::vector<std::string> out;
+  for (const auto& [n, p] : complete_checkpoints(root)) out.insert(out.begin(), p.string());
+  return out;
+}
+
+nlohmann::json read_checkpoint_metadata(const std::string& dir) {
+  const std::string path = (fs::path(dir) / "metadata.json").string();
+  std::ifstream f(path);
+  DTR_CHECK(f.good(), "checkpoint: cannot read '", path, "'");
+  nlohmann::json meta;
+  try {
+    f >> meta;
+  } catch (const std::exception& e) {
+    DTR_ERROR("checkpoint: '", path, "' is not valid JSON: ", e.what());
+  }
+  // Every field the loader and dtr-train read, with its type, so that a damaged file is one
+  // error naming the file and the field (not a raw json exception).
+  auto need = [&](const nlohmann::json& j, const std::string& key, bool ok_type, const char* type) {
+    DTR_CHECK(j.is_object() && j.contains(key), "checkpoint: '", path, "': field '", key, "' is missing");
+    DTR_CHECK(ok_type, "checkpoint: '", path, "': field '", key, "' must be ", type, ", got ", j[key].dump());
+  };
+  DTR_CHECK(meta.is_object(), "checkpoint: '", path, "': expected a JSON object");
+  need(meta, "step", meta.contains("step") && meta["step"].is_number_integer(), "an integer");
+  need(meta, "files", meta.contains("files") && meta["files"].is_array(), "a list of file names");
+  for (const auto& n : meta["files"])
+    DTR_CHECK(n.is_string(), "checkpoint: '", path, "': field 'files' must hold strings, got ", n.dump());
+  need(meta, "params", meta.contains("params") && meta["params"].is_object(), "an object");
+  for (const auto& [fqn, p] : meta["params"].items())
+    DTR_CHECK(p.is_object() && p.contains("global_shape") && p["global_shape"].is_array(), "checkpoint: '", path,
+              "': field 'params.", fqn, ".global_shape' is missing or not a list");
+  need(meta, "extra", meta.contains("extra") && meta["extra"].is_object(), "an object");
+  const nlohmann::json& x = meta["extra"];
+  need(x, "step", x.contains("step") && x["step"].is_number_integer(), "an integer (extra.step)");
+  need(x, "lr_step", x.contains("lr_step") && x["lr_step"].is_number_integer(), "an integer (extra.lr_step)");
+  need(x, "sampler", x.contains("sampler") && x["sampler"].is_object(), "an object (extra.sampler)");
+  need(x, "rng", x.contains("rng") && x["rng"].is_object() && x["rng"].contains("seed") &&
+                     x["rng"]["seed"].is_number_unsigned() && x["rng"].contains("offset") &&
+                     x["rng"]["offset"].is_number_unsigned(),
+       "an object with unsigned seed and offset (extra.rng)");
+  return meta;
+}
+
+std::string checkpoint_problem(const std::string& dir) {
+  try {
+    const nlohmann::json meta = read_checkpoint_metadata(dir);
+    for (const auto& name : meta["files"]) {
+      const std::string file = (fs::path(dir) / name.get<std::string>()).string();
+      DTR_CHECK(fs::exists(file), "checkpoint: shard file '", file, "' listed in metadata.json is missing");
+      auto f = safetensors::SafetensorsFile::open(file);
+      auto it = f.metadata().find("dtr_shards");
+      DTR_CHECK(it != f.metadata().end(), "checkpoint: '", file, "' has no dtr_shards metadata");
+      const auto blocks = nlohmann::json::parse(it->second, nullptr, false);
+      DTR_CHECK(blocks.is_object(), "checkpoint: '", file, "': dtr_shards metadata is not a JSON object");
+    }
+  } catch (const std::exception& e) {
+    return e.what();
+  }
+  return "";
 }
 
 std::optional<std::string> find_latest_checkpoint(const std::string& root) {
@@ -205,16 +269,7 @@ std::optional<std::string> find_latest_checkpoint(const std::string& root) {
 }
 
 nlohmann::json load_checkpoint(const std::string& dir, const NamedParams& params, optim::Optimizer& opt) {
-  nlohmann::json meta;
-  {
-    std::ifstream f(fs::path(dir) / "metadata.json");
-    DTR_CHECK(f.good(), "checkpoint: cannot read '", dir, "/metadata.json'");
-    try {
-      f >> meta;
-    } catch (const std::exception& e) {
-      DTR_ERROR("checkpoint: '", dir, "/metadata.json' is not valid JSON: ", e.what());
-    }
-  }
+  const nlohmann::json meta = read_checkpoint_metadata(dir);
   struct Shard {
     safetensors::SafetensorsFile file;
     nlohmann::json blocks;

@@ -170,14 +170,32 @@ struct Trainer {
 
     int64_t step = 0;
     if (r.checkpoint.enabled && !opt.no_resume) {
-      if (auto dir = find_latest_checkpoint(r.checkpoint.checkpoint_dir)) {
-        nlohmann::json extra = load_checkpoint(*dir, params, optimizer);
-        step = extra.at("step").get<int64_t>();
-        sampler.load_state_dict(extra.at("sampler"));
-        set_generator_state({extra.at("rng").at("seed").get<uint64_t>(), extra.at("rng").at("offset").get<uint64_t>()});
-        sched->set_step(extra.at("lr_step").get<int64_t>());
-        note("resumed from " + *dir + " (step " + std::to_string(step) + ")");
+      // The newest checkpoint every rank can read; a damaged one (unreadable metadata, a
+      // missing or truncated shard) is skipped with a warning, all ranks alike.
+      const std::vector<std::string> dirs = checkpoints_newest_first(r.checkpoint.checkpoint_dir);
+      std::string first_problem;
+      for (const auto& dir : dirs) {
+        const std::string why = checkpoint_problem(dir);
+        if (all_ranks_max(why.empty() ? 0 : 1) != 0) {
+          const std::string w = why.empty() ? "damaged on another rank" : why;
+          if (first_problem.empty()) first_problem = dir + ": " + w;
+          if (rank == 0)
+            std::fprintf(stderr, "dtr-train: warning: checkpoint %s is damaged (%s); trying the previous one\n",
+                         dir.c_str(), w.c_str());
+          continue;
+        }
+        nlohmann::json extra = load_checkpoint(dir, params, optimizer);
+        step = extra["step"].get<int64_t>();
+        sampler.load_state_dict(extra["sampler"]);
+        set_generator_state({extra["rng"]["seed"].get<uint64_t>(), extra["rng"]["offset"].get<uint64_t>()});
+        sched->set_step(extra["lr_step"].get<int64_t>());
+        note("resumed from " + dir + " (step " + std::to_string(step) + ")");
+        first_problem.clear();
+        break;
       }
+      if (!first_problem.empty())
+        throw AllRanksError("no checkpoint under " + r.checkpoint.checkpoint_dir + " can be loaded (newest: " +
+                            first_problem + "); repair or remove them, or start over with --no-resume --overwrite");
     }
     sched->set_step(step);
     if (step >= total_steps && step > 0) {

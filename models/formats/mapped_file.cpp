@@ -74,6 +74,17 @@ void AtomicFileWriter::commit() {
   DTR_CHECK(std::rename(tmp_.c_str(), path_.c_str()) == 0, "cannot rename '", tmp_, "' to '", path_,
             "': ", std::strerror(errno));
   committed_ = true;
+  const size_t slash = path_.rfind('/');
+  fsync_directory(slash == std::string::npos ? "." : (slash == 0 ? "/" : path_.substr(0, slash)));
+}
+
+void fsync_directory(const std::string& dir) {
+  const int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  DTR_CHECK(fd >= 0, "cannot open directory '", dir, "' to fsync it: ", std::strerror(errno));
+  const int rc = ::fsync(fd);
+  const int e = errno;
+  ::close(fd);
+  DTR_CHECK(rc == 0 || e == EINVAL, "fsync of directory '", dir, "' failed: ", std::strerror(e));
 }
 
 std::string read_file_to_string(const std::string& path) {

@@ -31,10 +31,14 @@ class MappedFile {
   std::string path_;
 };
 
+/// fsync of a directory, so that a rename or a new entry in it survives a crash / power loss.
+/// Errors: dtr::Error naming the directory.
+void fsync_directory(const std::string& dir);
+
 /// Writes a file atomically: the bytes go to "<path>.tmp.<pid>", which is fsync'ed and renamed
-/// over `path` only by commit(), so a failure (exception, crash) never leaves a half-written
-/// file under the final name. Errors: open / write / rename failures -> dtr::Error naming the
-/// path.
+/// over `path` only by commit() (the directory is fsync'ed after the rename), so a failure
+/// (exception, crash) never leaves a half-written file under the final name. Errors: open /
+/// write / rename failures -> dtr::Error naming the path.
 class AtomicFileWriter {
  public:
   explicit AtomicFileWriter(std::string path);

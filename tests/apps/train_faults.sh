@@ -14,6 +14,10 @@
 #          into the same directory (checkpoint.enabled false, --no-resume) refuses to
 #          overwrite, --overwrite replaces and says so; a second run on a locked directory and
 #          torchrun-style copies (WORLD_SIZE / RANK without mpirun) stop at start.
+# durability: a damaged newest checkpoint (bad metadata.json, a mistyped field, a missing or
+#          truncated shard) falls back to the previous one with a warning; all damaged: error.
+# xfsz:    a file-size limit (ulimit -f) during a checkpoint write: a clear error, the earlier
+#          checkpoint intact.
 # stopped: one rank SIGSTOPped with DTR_COMM_TIMEOUT_S=3: the job ends with the timeout
 #          message within seconds, the last complete checkpoint intact.
 set -uo pipefail
@@ -149,6 +153,56 @@ stopped)
   last=$(ls -d $out/s/step_* | sed 's/.*step_//' | sort -n | tail -1)
   [ -f "$out/s/step_$last/metadata.json" ] || fail "last checkpoint step_$last incomplete"
   echo "ok: job ended ${elapsed} s after SIGSTOP of one rank: $(grep -m1 -o 'collective .* timed out after 3 s' $out/s.log); step_$last intact"
+  ;;
+durability)
+  # A damaged newest checkpoint falls back to the previous complete one, with a warning.
+  ck=(--set step_scheduler.ckpt_every_steps=5 --set checkpoint.keep_last=0 --set step_scheduler.max_steps=20)
+  d=$out/d
+  run 2 configs/ci/dp.yaml "${ck[@]}" --set checkpoint.checkpoint_dir=$d --stop-after 10 > /dev/null 2>&1 || fail "first run"
+  [ -f $d/step_10/metadata.json ] && [ -f $d/step_5/metadata.json ] || fail "no step_5 / step_10"
+  cp -r $d/step_10 $out/step_10.good
+  damage() {  # damage WHAT: breaks step_10 one way, reruns, expects the fallback to step_5
+    rm -rf $d/step_10 && cp -r $out/step_10.good $d/step_10
+    case "$1" in
+      metadata) echo '{"step": 10, "files": ' > $d/step_10/metadata.json ;;
+      field) sed -i 's/"lr_step"/"lr_stepX"/' $d/step_10/metadata.json ;;
+      shard) rm $d/step_10/rank_1.safetensors ;;
+      truncated) truncate -s 100 $d/step_10/rank_0.safetensors ;;
+    esac
+    log=$(run 2 configs/ci/dp.yaml "${ck[@]}" --set checkpoint.checkpoint_dir=$d --stop-after 11 2>&1) ||
+      { echo "$log" | tail -5; fail "rerun with a damaged ($1) step_10"; }
+    grep -q "dtr-train: warning: checkpoint $d/step_10 is damaged" <<<"$log" || { echo "$log"; fail "no warning ($1)"; }
+    grep -q "resumed from $d/step_5 (step 5)" <<<"$log" || { echo "$log"; fail "did not fall back to step_5 ($1)"; }
+    echo "ok ($1): $(grep -o 'step_10 is damaged (.*' <<<"$log" | cut -c1-150)"
+  }
+  for what in metadata field shard truncated; do damage $what; done
+  # Every checkpoint damaged: an error, not a silent restart from step 0.
+  for s in 5 10; do echo garbage > $d/step_$s/metadata.json; done
+  err=$(run 2 configs/ci/dp.yaml "${ck[@]}" --set checkpoint.checkpoint_dir=$d 2>&1 >/dev/null) && fail "all damaged: exit 0"
+  grep -q "dtr-train: error: no checkpoint under $d can be loaded" <<<"$err" || { echo "$err"; fail "all damaged: message"; }
+  echo "ok: every checkpoint damaged: $(grep -o 'no checkpoint under.*' <<<"$err" | cut -c1-120)"
+  ;;
+xfsz)
+  # A file-size limit hit while writing a checkpoint: a clear error naming the file (like a
+  # full disk), the earlier checkpoint intact (before: SIGXFSZ killed the rank without a word).
+  # The limit is put on the running ranks (prlimit) once step_5 is written: set before the
+  # start it would also hit mpirun's and PMIx's own files.
+  command -v prlimit > /dev/null || { echo "SKIP: no prlimit"; exit 0; }
+  "$MPIRUN" -np 2 --oversubscribe $ROOT_FLAG --mca btl self,vader,tcp --bind-to none "$TRAIN" --progress lines \
+      --config configs/ci/dp.yaml --set step_scheduler.ckpt_every_steps=5 --set checkpoint.keep_last=0 \
+      --set step_scheduler.max_steps=2000 --set checkpoint.checkpoint_dir=$out/x > $out/x.log 2>&1 &
+  mpipid=$!
+  for _ in $(seq 600); do [ -f $out/x/step_5/metadata.json ] && break; sleep 0.05; done
+  [ -f $out/x/step_5/metadata.json ] || { kill $mpipid; fail "no step_5"; }
+  # Each rank's shard file is ~80 KB; metrics.jsonl stays far below 32 KiB in 10 steps.
+  for p in $(pgrep -P $mpipid); do prlimit --pid "$p" --fsize=32768:32768 || { kill $mpipid; fail "prlimit"; }; done
+  wait $mpipid
+  rc=$?
+  [ $rc -ne 0 ] || fail "exit 0 under a file-size limit"
+  grep -q "dtr-train: error: .*rank_[01].safetensors.*File too large" $out/x.log || { tail -20 $out/x.log; fail "no EFBIG message"; }
+  [ -f $out/x/step_5/metadata.json ] || fail "step_5 damaged"
+  [ -z "$(ls -d $out/x/step_* | grep -v 'step_5$')" ] || fail "a partial checkpoint is visible"
+  echo "ok: $(grep -m1 -o 'dtr-train: error: .*File too large' $out/x.log | cut -c1-160); step_5 intact"
   ;;
 *) fail "unknown mode $mode" ;;
 esac
