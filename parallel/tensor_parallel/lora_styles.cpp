@@ -21,7 +21,7 @@ void ColwiseParallelLora::apply(nn::Module& m, const std::string& fqn, const Dev
     if (outs.empty() || !outs[0].is_distributed()) return std::nullopt;
     return std::vector<Tensor>{redistribute(outs[0], replicate_all(device_mesh(outs[0]).ndim()))};
   });
-  tp::install_input_hook(m, mesh, *input_layout, desired_input_layout);
+  tp::install_input_hook(m, mesh, *input_layout, desired_input_layout, type_name() + " input of '" + fqn + "'");
   tp::install_output_hook(m, output_layout, use_local_output);
 }
 
@@ -35,7 +35,7 @@ void RowwiseParallelLora::apply(nn::Module& m, const std::string& fqn, const Dev
   tp::distribute_param(m, "bias", mesh, {Replicate()}, memo);
   tp::distribute_param(*m.get_submodule("lora_A"), "weight", mesh, {Shard(1)}, memo);
   tp::distribute_param(*m.get_submodule("lora_B"), "weight", mesh, {Shard(1)}, memo);
-  tp::install_input_hook(m, mesh, *input_layout, Shard(-1), in_features);
+  tp::install_input_hook(m, mesh, *input_layout, Shard(-1), type_name() + " input of '" + fqn + "'", in_features);
   tp::install_output_hook(m, output_layout, use_local_output);
 }
 

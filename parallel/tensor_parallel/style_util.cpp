@@ -28,20 +28,49 @@ void distribute_param(nn::Module& m, const std::string& name, const DeviceMesh& 
   m.set_parameter(name, d);
 }
 
+Tensor wrap_local_shard(const Tensor& x, const DeviceMesh& mesh, Placement pl, const std::string& where,
+                        int64_t global_dim) {
+  if (!pl.is_shard()) return from_local(x, mesh, {pl});
+  DTR_CHECK(x.dim() > 0, where, ": a 0-d input cannot be Shard(", pl.dim, ")");
+  const int64_t d = pl.dim < 0 ? pl.dim + x.dim() : pl.dim;
+  DTR_CHECK(d >= 0 && d < x.dim(), where, ": Shard(", pl.dim, ") of an input of shape ", x.sizes());
+  Shape shape = x.sizes();
+  if (global_dim > 0) {
+    shape[d] = global_dim;
+  } else {
+    const int64_t n = mesh.size();
+    std::vector<int64_t> sizes(static_cast<size_t>(n), x.size(d));
+    if (n > 1) {
+      Tensor mine = from_vector<int64_t>({x.size(d)}, {1});
+      Tensor all = empty({n}, TensorOptions(DType::i64));
+      mesh.group(0)->all_gather(all, mine)->wait();
+      sizes = all.to_vector<int64_t>();
+    }
+    int64_t total = 0;
+    for (int64_t v : sizes) total += v;
+    for (int64_t r = 0; r < n; ++r) {
+      if (sizes[static_cast<size_t>(r)] == chunk_of(total, n, r).size) continue;
+      std::vector<int64_t> want;
+      for (int64_t k = 0; k < n; ++k) want.push_back(chunk_of(total, n, k).size);
+      DTR_ERROR(where, ": the ranks' local sizes of dim ", d, " are ", Shape(sizes), ", not torch.chunk's split of ",
+                total, " over ", n, " ranks ", Shape(want));
+    }
+    shape[d] = total;
+  }
+  return from_local(x, mesh, {Shard(d)}, false, shape);
+}
+
 void install_input_hook(nn::Module& m, const DeviceMesh& mesh, Placement input_layout,
-                        std::optional<Placement> desired, int64_t last_dim) {
-  m.register_forward_pre_hook([mesh, input_layout, desired, last_dim](nn::Module&, const std::vector<Tensor>& in)
+                        std::optional<Placement> desired, const std::string& where, int64_t last_dim) {
+  m.register_forward_pre_hook([mesh, input_layout, desired, where, last_dim](nn::Module&, const std::vector<Tensor>& in)
                                   -> std::optional<std::vector<Tensor>> {
     if (in.empty() || !in[0].defined()) return std::nullopt;
     std::vector<Tensor> out = in;
     Tensor x = in[0];
     if (!x.is_distributed()) {
-      std::optional<Shape> shape;
-      if (last_dim > 0 && input_layout.is_shard() && x.dim() > 0) {
-        shape = x.sizes();
-        shape->back() = last_dim;
-      }
-      x = from_local(x, mesh, {input_layout}, false, shape);
+      const bool last = input_layout.is_shard() && x.dim() > 0 &&
+                        (input_layout.dim == -1 || input_layout.dim == x.dim() - 1);
+      x = wrap_local_shard(x, mesh, input_layout, where, last && last_dim > 0 ? last_dim : -1);
     }
     if (desired && placements(x)[0] != *desired) x = redistribute(x, {*desired});
     out[0] = x;

@@ -18,7 +18,7 @@ void ColwiseParallel::apply(nn::Module& m, const std::string& fqn, const DeviceM
     tp::distribute_param(m, "weight", mesh, {Shard(0)}, memo);
     tp::distribute_param(m, "bias", mesh, {Shard(0)}, memo);
   }
-  tp::install_input_hook(m, mesh, *input_layout, desired_input_layout);
+  tp::install_input_hook(m, mesh, *input_layout, desired_input_layout, type_name() + " input of '" + fqn + "'");
   tp::install_output_hook(m, output_layout, use_local_output);
 }
 
@@ -34,12 +34,12 @@ void RowwiseParallel::apply(nn::Module& m, const std::string& fqn, const DeviceM
     tp::distribute_param(m, "weight", mesh, {Shard(0)}, memo);
     // Token ids come replicated; the vocab-parallel lookup gives a Partial output.
     tp::install_input_hook(m, mesh, input_layout.value_or(Replicate()).is_shard() ? Replicate() : *input_layout,
-                           Replicate());
+                           Replicate(), type_name() + " input of '" + fqn + "'");
   } else {
     const int64_t in_features = m.parameter("weight").size(1);
     tp::distribute_param(m, "weight", mesh, {Shard(1)}, memo);
     tp::distribute_param(m, "bias", mesh, {Replicate()}, memo);
-    tp::install_input_hook(m, mesh, *input_layout, Shard(-1), in_features);
+    tp::install_input_hook(m, mesh, *input_layout, Shard(-1), type_name() + " input of '" + fqn + "'", in_features);
   }
   tp::install_output_hook(m, output_layout, use_local_output);
 }
@@ -55,9 +55,8 @@ void SequenceParallel::apply(nn::Module& m, const std::string& fqn, const Device
   // Parameters (e.g. a norm weight) are replicated; every rank already holds the same values,
   // so they are wrapped without communication. requires_grad is kept (see style.h).
   for (auto& [name, t] : m.named_parameters("", false)) tp::distribute_param(m, name, mesh, {Replicate()}, memo, true);
-  tp::install_input_hook(m, mesh, Shard(sequence_dim), Shard(sequence_dim));
+  tp::install_input_hook(m, mesh, Shard(sequence_dim), Shard(sequence_dim), type_name() + " input of '" + fqn + "'");
   tp::install_output_hook(m, output_layout, use_local_output);
-  (void)fqn;
 }
 
 PrepareModuleInput::PrepareModuleInput(Placement in, Placement desired, bool local) {
@@ -66,8 +65,8 @@ PrepareModuleInput::PrepareModuleInput(Placement in, Placement desired, bool loc
   use_local_output = local;
 }
 
-void PrepareModuleInput::apply(nn::Module& m, const std::string&, const DeviceMesh& mesh, DistributeMemo&) {
-  tp::install_input_hook(m, mesh, *input_layout, desired_input_layout);
+void PrepareModuleInput::apply(nn::Module& m, const std::string& fqn, const DeviceMesh& mesh, DistributeMemo&) {
+  tp::install_input_hook(m, mesh, *input_layout, desired_input_layout, type_name() + " input of '" + fqn + "'");
   if (use_local_output) {
     m.register_forward_pre_hook([](nn::Module&, const std::vector<Tensor>& in) -> std::optional<std::vector<Tensor>> {
       std::vector<Tensor> out = in;
@@ -82,14 +81,15 @@ PrepareModuleOutput::PrepareModuleOutput(Placement out, Placement desired, bool 
   use_local_output = local;
 }
 
-void PrepareModuleOutput::apply(nn::Module& m, const std::string&, const DeviceMesh& mesh, DistributeMemo&) {
+void PrepareModuleOutput::apply(nn::Module& m, const std::string& fqn, const DeviceMesh& mesh, DistributeMemo&) {
   const Placement from = *output_layout, to = desired_output_layout;
   const bool local = use_local_output;
-  m.register_forward_hook([mesh, from, to, local](nn::Module&, const std::vector<Tensor>&,
-                                                  const std::vector<Tensor>& outs) -> std::optional<std::vector<Tensor>> {
+  const std::string where = type_name() + " output of '" + fqn + "'";
+  m.register_forward_hook([mesh, from, to, local, where](nn::Module&, const std::vector<Tensor>&,
+                                                         const std::vector<Tensor>& outs) -> std::optional<std::vector<Tensor>> {
     if (outs.empty() || !outs[0].defined()) return std::nullopt;
     std::vector<Tensor> r = outs;
-    Tensor y = outs[0].is_distributed() ? outs[0] : from_local(outs[0], mesh, {from});
+    Tensor y = outs[0].is_distributed() ? outs[0] : tp::wrap_local_shard(outs[0], mesh, from, where);
     if (placements(y)[0] != to) y = redistribute(y, {to});
     r[0] = local ? to_local(y) : y;
     return r;

@@ -74,11 +74,14 @@ TEST_CASE("Llama + LoRA under the TP plan equals the single process", "[llama][t
   const int64_t tp = (w % 2 == 0) ? 2 : 1;
   DeviceMesh mesh({w / tp, tp}, {"dp", "tp"});
   const DeviceMesh tp_mesh = mesh["tp"];
-  manual_seed(7);
-  const int64_t B = 2, T = 8, V = llama_debug_config().vocab_size;
-  Tensor ids = to_dtype(mul(rand({B, T}), static_cast<double>(V - 1)), DType::i64);
+  const int64_t B = 2, V = llama_debug_config().vocab_size;
+  // T = 7 and 3: sequence shards of uneven torch.chunk sizes on tp 2 (4 + 3, 2 + 1).
+  for (int64_t T : {8, 7, 3})
   for (bool sp : {false, true}) {
-    INFO("sequence_parallel " << sp << " tp " << tp);
+    if (!sp && T != 8) continue;
+    INFO("sequence_parallel " << sp << " tp " << tp << " T " << T);
+    manual_seed(7);
+    Tensor ids = to_dtype(mul(rand({B, T}), static_cast<double>(V - 1)), DType::i64);
     auto ref = make_model();
     Tensor loss_ref = ref->forward_loss(ids, ids);
     loss_ref.backward();
@@ -118,9 +121,12 @@ TEST_CASE("Llama + LoRA under the TP plan equals the single process", "[llama][t
 TEST_CASE("parallelize_model: Llama + LoRA on dp x tp equals the single process", "[llama][tp][dp]") {
   const int w = world_size();
   const int64_t tp = (w % 2 == 0) ? 2 : 1;
-  MeshContext ctx = ctx_from("{tp_size: " + std::to_string(tp) + "}", w);
+  // Sequence parallel with T = 7 (uneven shards on tp 2): TP only on 2 ranks, FSDP + TP on 4.
+  for (bool sp : {false, true}) {
+  INFO("sequence_parallel " << sp);
+  MeshContext ctx = ctx_from("{tp_size: " + std::to_string(tp) + ", sequence_parallel: " + (sp ? "true" : "false") + "}", w);
   ctx.build_mesh();
-  const int64_t dp = ctx.dp_size, per = 2, B = per * dp, T = 8, V = llama_debug_config().vocab_size;
+  const int64_t dp = ctx.dp_size, per = 2, B = per * dp, T = sp ? 7 : 8, V = llama_debug_config().vocab_size;
   manual_seed(11);
   Tensor ids = to_dtype(mul(rand({B, T}), static_cast<double>(V - 1)), DType::i64);
   auto ref = make_model();
@@ -141,5 +147,6 @@ TEST_CASE("parallelize_model: Llama + LoRA on dp x tp equals the single process"
     Tensor g = mp[i].second.grad();
     if (g.is_distributed()) g = full_tensor(g);
     CHECK(max_abs_diff(g, rp[i].second.grad()) < kTolGrad);
+  }
   }
 }
