@@ -119,8 +119,7 @@ int apply_expert_parallel(nn::Module& model, const DeviceMesh& ep_mesh) {
     DTR_CHECK(E % P == 0, "expert parallelism: ", fqn.empty() ? "the MoE block" : fqn, " has num_experts=", E,
               ", not divisible by distributed.ep_size=", P);
     auto experts = moe->experts();
-    for (const char* name : {"gate_up_proj", "down_proj"}) {
-      const Tensor t = experts->parameter(name);
+    for (const auto& [name, t] : experts->named_parameters("", /*recurse=*/false)) {  // base + LoRA, all [E, ...]
       DTR_CHECK(!t.is_distributed(), "apply_expert_parallel: ", fqn, ".experts.", name, " is already distributed");
       Tensor d = distribute_tensor(t.detach(), ep_mesh, {Shard(0)});
       d.set_requires_grad(t.requires_grad());

@@ -63,4 +63,10 @@ std::string gradcheck(const std::function<Tensor(const std::vector<Tensor>&)>& f
   return "";
 }
 
+Tensor golden_grad_weight(const Shape& shape) {
+  std::vector<double> w(static_cast<size_t>(shape_numel(shape)));
+  for (size_t i = 0; i < w.size(); ++i) w[i] = std::cos(0.37 * static_cast<double>(i) + 0.1);
+  return from_vector<double>(w, shape);
+}
+
 }  // namespace dtr::testing

@@ -22,6 +22,10 @@ constexpr double kGradRtol = 1e-5;
 /// naming the input, element and both values.
 std::string gradcheck(const std::function<Tensor(const std::vector<Tensor>&)>& f, std::vector<Tensor> inputs);
 
+/// The f64 weight w[i] = cos(0.37 i + 0.1) over the flat index: the golden fixtures' gradients are
+/// of sum(out * w) with it (tests/golden/make_*_fixture.py).
+Tensor golden_grad_weight(const Shape& shape);
+
 /// max |a - b| over all elements (shapes must match).
 double max_abs_diff(const Tensor& a, const Tensor& b);
 /// True when |a - b| <= atol + rtol * |b| elementwise.

@@ -62,11 +62,26 @@ MoERouting route_on_host(const Tensor& scores, int64_t k) {
   return r;
 }
 
-/// Experts' SwiGLU MLP on rows sorted by expert: w1 [G, 2I, H], w2 [G, H, I].
-Tensor expert_mlp(const Tensor& x, const Shape& counts, const Tensor& w1, const Tensor& w2) {
-  const int64_t I = w1.size(1) / 2;
-  const Tensor gu = grouped_mm(x, w1.transpose(1, 2), counts);
-  return grouped_mm(swiglu(gu.narrow(1, 0, I), gu.narrow(1, I, I)), w2.transpose(1, 2), counts);
+/// The experts' weights as the grouped GEMMs use them (local experts under expert parallelism).
+struct ExpertWeights {
+  Tensor w1, w2;          // [G, 2I, H], [G, H, I]
+  Tensor a1, b1, a2, b2;  // LoRA (undefined without): [G, r, H], [G, 2I, r], [G, r, I], [G, H, r]
+  double scale = 0;
+};
+
+/// x W_g^T per group (+ scale * (x A_g^T) B_g^T with LoRA).
+Tensor grouped_linear(const Tensor& x, const Shape& counts, const Tensor& w, const Tensor& a, const Tensor& b,
+                      double scale) {
+  Tensor y = grouped_mm(x, w.transpose(1, 2), counts);
+  if (!a.defined()) return y;
+  return add(y, mul(grouped_mm(grouped_mm(x, a.transpose(1, 2), counts), b.transpose(1, 2), counts), scale));
+}
+
+/// Experts' SwiGLU MLP on rows sorted by expert.
+Tensor expert_mlp(const Tensor& x, const Shape& counts, const ExpertWeights& w) {
+  const int64_t I = w.w1.size(1) / 2;
+  const Tensor gu = grouped_linear(x, counts, w.w1, w.a1, w.b1, w.scale);
+  return grouped_linear(swiglu(gu.narrow(1, 0, I), gu.narrow(1, I, I)), counts, w.w2, w.a2, w.b2, w.scale);
 }
 
 }  // namespace
@@ -110,11 +125,42 @@ std::vector<Tensor> GroupedExperts::forward_list(const std::vector<Tensor>& in) 
   const Shape counts = in[1].contiguous().to_vector<int64_t>();
   DTR_CHECK(static_cast<int64_t>(counts.size()) == num_experts, "GroupedExperts: ", counts.size(),
             " counts for ", num_experts, " experts");
-  Tensor w1 = parameter("gate_up_proj"), w2 = parameter("down_proj");
-  if (!dispatcher_) return {expert_mlp(x, counts, w1, w2)};
+  ExpertWeights w{parameter("gate_up_proj"), parameter("down_proj")};
+  if (has_lora()) {
+    w.a1 = parameter("gate_up_proj_lora_A");
+    w.b1 = parameter("gate_up_proj_lora_B");
+    w.a2 = parameter("down_proj_lora_A");
+    w.b2 = parameter("down_proj_lora_B");
+    w.scale = lora_scale_;
+  }
+  if (!dispatcher_) return {expert_mlp(x, counts, w)};
   auto [xl, local_counts] = dispatcher_->dispatch(x, counts);
-  const Tensor y = expert_mlp(xl, local_counts, dispatcher_->local_experts(w1), dispatcher_->local_experts(w2));
-  return {dispatcher_->combine(y)};
+  for (Tensor* t : {&w.w1, &w.w2, &w.a1, &w.b1, &w.a2, &w.b2})
+    if (t->defined()) *t = dispatcher_->local_experts(*t);
+  return {dispatcher_->combine(expert_mlp(xl, local_counts, w))};
+}
+
+void GroupedExperts::enable_lora(const LoraOptions& o) {
+  DTR_CHECK(!has_lora(), "GroupedExperts: LoRA is already enabled");
+  DTR_CHECK(o.dropout == 0.0, "GroupedExperts: LoRA dropout on experts is not built (got dropout=", o.dropout,
+            "; use 0)");
+  const double scale = lora_scale(o);
+  const int64_t E = num_experts, r = o.r;
+  const DType dt = parameter("gate_up_proj").dtype();
+  auto make_a = [&](int64_t in) {
+    if (o.init == LoraInit::kaiming) {
+      const double b = 1.0 / std::sqrt(static_cast<double>(in));
+      return uniform({E, r, in}, -b, b, TensorOptions(dt));
+    }
+    return normal({E, r, in}, 0.0, std::sqrt(2.0 / static_cast<double>(in + r)), TensorOptions(dt));
+  };
+  for (const char* n : {"gate_up_proj", "down_proj"}) parameter(n).set_requires_grad(false);
+  register_parameter("gate_up_proj_lora_A", make_a(hidden_size));
+  register_parameter("gate_up_proj_lora_B", zeros({E, 2 * intermediate_size, r}, TensorOptions(dt)));
+  register_parameter("down_proj_lora_A", make_a(intermediate_size));
+  register_parameter("down_proj_lora_B", zeros({E, hidden_size, r}, TensorOptions(dt)));
+  lora_ = o;
+  lora_scale_ = scale;
 }
 
 MoE::MoE(const MoEConfig& c, DType dtype, bool init, std::shared_ptr<Module> shared_expert, bool shared_expert_gate)

@@ -26,6 +26,7 @@
 #include <vector>
 
 #include "tensor/nn/linear.h"
+#include "tensor/nn/lora_linear.h"
 #include "tensor/nn/module.h"
 
 namespace dtr::nn {
@@ -88,12 +89,25 @@ class GroupedExperts : public Module {
   std::string type_name() const override { return "GroupedExperts"; }
   std::vector<Tensor> forward_list(const std::vector<Tensor>& inputs) override;
   void set_dispatcher(std::shared_ptr<TokenDispatcher> d) { dispatcher_ = std::move(d); }
+
+  /// LoRA on the experts, one adapter pair per expert stored grouped, on both projections:
+  ///   gate_up_proj_lora_A [E, r, H], gate_up_proj_lora_B [E, 2I, r],
+  ///   down_proj_lora_A    [E, r, I], down_proj_lora_B    [E, H, r];
+  /// W_e x becomes W_e x + scale * B_e (A_e x) (scale = lora_scale(o)); A drawn like LoRALinear's
+  /// (xavier normal / kaiming uniform per expert, Philox), B zeros; the base experts are frozen.
+  /// Errors: already enabled, dropout != 0 (not built for experts), r <= 0.
+  void enable_lora(const LoraOptions& o);
+  bool has_lora() const { return lora_scale_ != 0.0; }
+  double lora_scaling() const { return lora_scale_; }
+  const LoraOptions& lora_options() const { return lora_; }
   const std::shared_ptr<TokenDispatcher>& dispatcher() const { return dispatcher_; }
 
   const int64_t num_experts, hidden_size, intermediate_size;
 
  private:
   std::shared_ptr<TokenDispatcher> dispatcher_;
+  LoraOptions lora_;
+  double lora_scale_ = 0.0;
 };
 
 /// The MoE block. forward(x [..., hidden]) -> same shape. `shared_expert`: optional module

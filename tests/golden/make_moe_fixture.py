@@ -5,6 +5,9 @@ configs, outputs and gradients, read by tests/tensor/test_moe_golden.cpp:
   qwen3_nonorm  the same with norm_topk_prob false               (E 5, top-3)
   mixtral     MixtralSparseMoeBlock (always renormalised)        (E 4, top-2)
   qwen2_moe   Qwen2MoeSparseMoeBlock: + shared expert (gated MLP) with its sigmoid gate
+  qwen3_lora  Qwen3MoeSparseMoeBlock with PEFT LoRA on experts.gate_up_proj and experts.down_proj
+              (target_parameters, r 2, alpha 6; A and B U(-0.5, 0.5)): "adapter" holds
+              get_peft_model_state_dict, "grads" the adapters' gradients under the same keys
 Every parameter is U(-0.5, 0.5) from torch.manual_seed; the input is [2, 5, hidden] N(0, 1).
 Gradients are of sum(out * w), w = cos(0.37 i + 0.1) over the output's flat index, for the
 input and every parameter (by HF name). Also the router logits (for the aux-loss check) and HF's
@@ -53,6 +56,32 @@ def case(block, hidden, experts, top_k, seed):
     }
 
 
+def lora_case(seed):
+    from peft import LoraConfig, get_peft_model_state_dict, inject_adapter_in_model
+    torch.manual_seed(seed)
+    c = Qwen3MoeConfig(hidden_size=8, moe_intermediate_size=5, num_experts=4, num_experts_per_tok=2, norm_topk_prob=True)
+    block = Qwen3MoeSparseMoeBlock(c).double()
+    with torch.no_grad():
+        for p in block.parameters():
+            p.uniform_(-0.5, 0.5)
+    base = {k: T(v) for k, v in block.named_parameters()}
+    cfg = LoraConfig(r=2, lora_alpha=6, target_modules=[], target_parameters=["experts.gate_up_proj", "experts.down_proj"])
+    block = inject_adapter_in_model(cfg, block)
+    with torch.no_grad():
+        for k, p in block.named_parameters():
+            if "lora_" in k:
+                p.uniform_(-0.5, 0.5)
+    x = torch.randn(2, 5, 8, requires_grad=True)
+    out = block(x)
+    w = torch.cos(torch.arange(out.numel(), dtype=torch.float64) * 0.37 + 0.1).reshape(out.shape)
+    (out * w).sum().backward()
+    named = dict(block.named_parameters())
+    adapter = get_peft_model_state_dict(block)
+    grads = {k: T(named[k.replace(".weight", ".default.weight")].grad) for k in adapter}
+    return {"x": T(x), "out": T(out), "dx": T(x.grad), "params": base, "adapter": {k: T(v) for k, v in adapter.items()},
+            "grads": grads, "experts": 4, "top_k": 2, "norm": True, "I": 5, "r": 2, "alpha": 6}
+
+
 def main():
     cases = {}
     c = Qwen3MoeConfig(hidden_size=8, moe_intermediate_size=5, num_experts=6, num_experts_per_tok=2, norm_topk_prob=True)
@@ -65,6 +94,7 @@ def main():
                        num_experts_per_tok=2, norm_topk_prob=False)
     cases["qwen2_moe"] = dict(case(Qwen2MoeSparseMoeBlock(c), 8, 4, 2, 4), experts=4, top_k=2, norm=False, I=5,
                               shared_I=7)
+    cases["qwen3_lora"] = lora_case(5)
     path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "moe_blocks.json")
     with open(path, "w") as f:
         json.dump(cases, f)

@@ -2,7 +2,8 @@
 // experts, top-2) plus a dense projection, experts sharded over ep and FSDP over the rest, the
 // dense parameters FSDP over the whole dp mesh. Forward loss, first-step gradients (full_tensor)
 // and 5 AdamW steps equal the single-process run, on 2 ranks (ep 2), 3 (ep 3), 4 (ep 4; ep 2 x
-// ep_shard 2; ep 2 with tp 2; ep 2 with HSDP; ep 2 with full activation checkpointing), with
+// ep_shard 2; ep 2 with tp 2; ep 2 with HSDP; ep 2 with full activation checkpointing; LoRA on the
+// experts with frozen base experts on 2, 3 and 4 ranks), with
 // random and with skewed routing (expert 0 takes every token, expert 11 none). The bytes the ep
 // all-to-alls send equal what the single-process routing of each rank's rows implies. MeshContext
 // errors for ep.
@@ -77,9 +78,19 @@ DTR_REGISTER_MODEL_PARALLELIZER("MoENet", MoENetParallelizer);
 
 /// The same net on every rank; `skewed`: layer 0's router sends every token to expert 0 first
 /// and never to expert 11 (inputs are positive, row 0 large positive, row 11 large negative).
-std::shared_ptr<MoENet> make_net(bool skewed) {
+std::shared_ptr<MoENet> make_net(bool skewed, bool lora = false) {
   manual_seed(77);
   auto m = std::make_shared<MoENet>();
+  if (lora)  // grouped expert adapters (base experts frozen), B random so A trains from step 0
+    for (auto& moe : nn::moe_modules(*m)) {
+      nn::LoraOptions o;
+      o.r = 2;
+      o.alpha = 4;
+      auto ex = moe->experts();
+      ex->enable_lora(o);
+      for (const char* n : {"gate_up_proj_lora_B", "down_proj_lora_B"})
+        ex->set_parameter(n, uniform(ex->parameter(n).sizes(), -0.5, 0.5, TensorOptions(DType::f64)).set_requires_grad(true));
+    }
   for (auto& [n, p] : m->named_parameters())
     if (n.find("gate.weight") != std::string::npos) {
       Tensor w = uniform(p.sizes(), -1, 1, TensorOptions(DType::f64));
@@ -169,6 +180,7 @@ double worst_diff(const std::map<std::string, Tensor>& a, const std::map<std::st
 struct Config {
   int64_t dp_replicate, tp, ep;
   std::string ac = "none";
+  bool lora = false;
 };
 
 MeshContext make_ctx(const Config& c) {
@@ -187,10 +199,10 @@ MeshContext make_ctx(const Config& c) {
 /// Bytes this rank's ep all-to-alls send in one forward, from the single-process routing of every
 /// ep peer's rows: per MoE layer the counts (E int64), the rows it dispatches (M = tokens * k) and
 /// the rows it sends back (those its experts received).
-int64_t expected_forward_bytes(bool skewed, const MeshContext& ctx) {
+int64_t expected_forward_bytes(bool skewed, bool lora, const MeshContext& ctx) {
   const int64_t dp = ctx.dp_size, r = ctx.dp_rank(), ep = ctx.ep_size, El = kE / ep;
   const int64_t base = r - r % ep, me = r % ep;
-  auto ref = make_net(skewed);
+  auto ref = make_net(skewed, lora);
   std::vector<std::vector<Shape>> counts(ep);  // [peer][layer] tokens per expert
   for (int64_t j = 0; j < ep; ++j) {
     NoGradGuard ng;
@@ -213,12 +225,12 @@ int64_t expected_forward_bytes(bool skewed, const MeshContext& ctx) {
 TEST_CASE("expert parallelism equals the single-process run", "[ep][moe]") {
   const int64_t w = world_size();
   std::vector<Config> configs;
-  if (w == 2) configs = {{1, 1, 2}};
-  if (w == 3) configs = {{1, 1, 3}};
-  if (w == 4) configs = {{1, 1, 4}, {1, 1, 2}, {1, 2, 2}, {2, 1, 2}, {1, 1, 2, "full"}};
+  if (w == 2) configs = {{1, 1, 2}, {1, 1, 2, "none", true}};
+  if (w == 3) configs = {{1, 1, 3}, {1, 1, 3, "none", true}};
+  if (w == 4) configs = {{1, 1, 4}, {1, 1, 2}, {1, 2, 2}, {2, 1, 2}, {1, 1, 2, "full"}, {1, 1, 2, "none", true}};
   for (bool skewed : {false, true}) {
-    auto ref_model = make_net(skewed);
-    const Run ref = train(*ref_model, nullptr);
+    auto ref_model = make_net(skewed), ref_lora_model = make_net(skewed, true);
+    const Run ref_base = train(*ref_model, nullptr), ref_lora = train(*ref_lora_model, nullptr);
     if (skewed) {  // the skew holds: expert 0 takes every token of layer 0, expert 11 none
       auto m = make_net(true);
       NoGradGuard ng;
@@ -229,9 +241,9 @@ TEST_CASE("expert parallelism equals the single-process run", "[ep][moe]") {
     }
     for (const Config& c : configs) {
       INFO("skewed " << skewed << " dp_replicate " << c.dp_replicate << " tp " << c.tp << " ep " << c.ep << " ac "
-                     << c.ac);
+                     << c.ac << " lora " << c.lora);
       MeshContext ctx = make_ctx(c);
-      auto m = make_net(skewed);
+      auto m = make_net(skewed, c.lora);
       parallelize_model(*m, ctx);
       // experts: Shard(0) over ep inside the FSDP placements, local E / ep experts' rows split over ep_shard
       const Tensor w1 = m->get_parameter("layers.0.mlp.experts.gate_up_proj");
@@ -246,11 +258,12 @@ TEST_CASE("expert parallelism equals the single-process run", "[ep][moe]") {
         NoGradGuard ng;
         loss_on(*m, 0, ctx.dp_rank(), ctx.dp_size);
       }
-      CHECK(pg->counters().nbytes(CommKind::all_to_all) == expected_forward_bytes(skewed, ctx));
+      CHECK(pg->counters().nbytes(CommKind::all_to_all) == expected_forward_bytes(skewed, c.lora, ctx));
       CHECK(pg->counters().count(CommKind::all_to_all) == 2 * 3);  // per layer: counts, dispatch, combine
       finish_model_backward(*m, ctx);
 
       const Run got = train(*m, &ctx);
+      const Run& ref = c.lora ? ref_lora : ref_base;
       for (size_t i = 0; i < ref.losses.size(); ++i) {
         INFO("step " << i << " single " << ref.losses[i] << " ep " << got.losses[i]);
         CHECK(std::abs(ref.losses[i] - got.losses[i]) <= kLossRelTol * std::abs(ref.losses[i]));

@@ -48,12 +48,6 @@ struct GatedMLP : nn::Module {
   }
 };
 
-Tensor grad_weight(const Shape& s) {
-  std::vector<double> w(static_cast<size_t>(shape_numel(s)));
-  for (size_t i = 0; i < w.size(); ++i) w[i] = std::cos(0.37 * static_cast<double>(i) + 0.1);
-  return from_vector<double>(w, s);
-}
-
 }  // namespace
 
 TEST_CASE("MoE blocks equal transformers' (Qwen3-MoE, Mixtral, Qwen2-MoE shared expert)", "[moe][golden]") {
@@ -77,7 +71,7 @@ TEST_CASE("MoE blocks equal transformers' (Qwen3-MoE, Mixtral, Qwen2-MoE shared 
     Tensor x = x0.clone().set_requires_grad(true);
     Tensor y = m->call(x);
     CHECK(max_abs_diff(y, T64(c["out"])) < kTol);
-    sum(mul(y, grad_weight(y.sizes()))).backward();
+    sum(mul(y, dtr::testing::golden_grad_weight(y.sizes()))).backward();
     CHECK(max_abs_diff(x.grad(), T64(c["dx"])) < kTol);
     for (auto& [k, g] : c["grads"].items()) {
       INFO(k);

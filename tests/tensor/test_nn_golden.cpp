@@ -33,13 +33,7 @@ Tensor T64(const json& t, bool grad = false) {
 }
 Tensor I64(const json& t) { return from_vector<int64_t>(t["data"].get<std::vector<int64_t>>(), t["shape"].get<Shape>()); }
 
-/// The weight the fixture's gradients were taken with.
-Tensor grad_weight(const Shape& s) {
-  std::vector<double> w(static_cast<size_t>(shape_numel(s)));
-  for (size_t i = 0; i < w.size(); ++i) w[i] = std::cos(0.37 * static_cast<double>(i) + 0.1);
-  return from_vector<double>(w, s);
-}
-void backprop(const Tensor& out) { sum(mul(out, grad_weight(out.sizes()))).backward(); }
+void backprop(const Tensor& out) { sum(mul(out, dtr::testing::golden_grad_weight(out.sizes()))).backward(); }
 
 }  // namespace
 
