@@ -5,13 +5,15 @@
 // ep_shard 2; ep 2 with tp 2; ep 2 with HSDP; ep 2 with full activation checkpointing; LoRA on the
 // experts with frozen base experts on 2, 3 and 4 ranks), with
 // random and with skewed routing (expert 0 takes every token, expert 11 none). The bytes the ep
-// all-to-alls send equal what the single-process routing of each rank's rows implies. MeshContext
+// all-to-alls send equal what the single-process routing of each rank's rows implies, and
+// clip_grad_norm's total norm the single-process one. MeshContext
 // errors for ep.
 #include <catch2/catch.hpp>
 
 #include <cmath>
 
 #include "dtensor/api.h"
+#include "parallel/clip_grad.h"
 #include "parallel/expert_parallel.h"
 #include "parallel/fsdp/fully_shard.h"
 #include "parallel/mesh_context.h"
@@ -130,6 +132,7 @@ Tensor loss_on(nn::Module& m, int step, int64_t r, int64_t dp) {
 struct Run {
   std::vector<double> losses;
   std::map<std::string, Tensor> grads0, params;
+  double norm0 = 0;  // clip_grad_norm's total norm after the first backward
 };
 
 std::map<std::string, Tensor> full(nn::Module& m, bool grads) {
@@ -154,7 +157,10 @@ Run train(nn::Module& m, const MeshContext* ctx) {
     Tensor loss = loss_on(m, step, r, dp);
     loss.backward();
     if (ctx) finish_model_backward(m, *ctx);
-    if (step == 0) run.grads0 = full(m, true);
+    if (step == 0) {
+      run.grads0 = full(m, true);
+      run.norm0 = clip_grad_norm(ps, 1e30);  // experts' grads sharded over (ep_shard, ep), the rest over dp
+    }
     adam.step();
     adam.zero_grad();
     // sum over dp of loss / dp is the global loss; tp ranks repeat it
@@ -268,6 +274,7 @@ TEST_CASE("expert parallelism equals the single-process run", "[ep][moe]") {
         INFO("step " << i << " single " << ref.losses[i] << " ep " << got.losses[i]);
         CHECK(std::abs(ref.losses[i] - got.losses[i]) <= kLossRelTol * std::abs(ref.losses[i]));
       }
+      CHECK(got.norm0 == Approx(ref.norm0).epsilon(1e-12));
       std::string where;
       const double gd = worst_diff(ref.grads0, got.grads0, where);
       INFO("max |grad diff| " << gd << " at " << where);
