@@ -1,6 +1,7 @@
 #include "apps/train/recipe.h"
 
 #include <algorithm>
+#include <filesystem>
 #include <cmath>
 #include <fstream>
 #include <functional>
@@ -218,8 +219,9 @@ Recipe parse_recipe(const YAML::Node& root, const std::string& file, const std::
     }
     s.str("dtype", r.model.dtype);
     s.check_unknown();
-    s.require(!r.model.path.empty() || !r.model.config_name.empty() || r.model.config, "path",
-              "is required (or model.config: debug / a map for a random model)");
+    // (a default YAML::Node converts to true: ask for a map)
+    s.require(!r.model.path.empty() || !r.model.config_name.empty() || r.model.config.IsMap(), "path",
+              "is required (or model.config: debug / a map of LlamaConfig keys for a random model)");
     s.require(r.model.config_name.empty() || r.model.config_name == "debug", "config",
               "must be 'debug' or a map, got '" + r.model.config_name + "'");
     s.require(r.model.dtype == "f32" || r.model.dtype == "float32" || r.model.dtype == "bf16" ||
@@ -245,6 +247,11 @@ Recipe parse_recipe(const YAML::Node& root, const std::string& file, const std::
     s.require(r.peft.dropout_position == "pre" || r.peft.dropout_position == "post", "dropout_position",
               "must be pre or post, got '" + r.peft.dropout_position + "'");
     s.require(!r.peft.target_modules.empty(), "target_modules", "must not be empty");
+    // Globs ('*' = any run) are matched in O(pattern x name); bound the pattern anyway.
+    for (const auto* list : {&r.peft.target_modules, &r.peft.exclude_modules})
+      for (const auto& p : *list)
+        s.require(!p.empty() && p.size() <= 1024, list == &r.peft.target_modules ? "target_modules" : "exclude_modules",
+                  "entries must be 1 to 1024 characters, got one of " + std::to_string(p.size()));
   }
   r.distributed = root["distributed"];
   if (r.distributed && !r.distributed.IsNull())
@@ -360,6 +367,9 @@ Recipe parse_recipe(const YAML::Node& root, const std::string& file, const std::
 
 Recipe load_recipe(const std::string& file, const std::vector<std::string>& overrides) {
   {
+    std::error_code ec;
+    DTR_CHECK(!std::filesystem::is_directory(file, ec), "--config: '", file,
+              "' is a directory, expected a recipe YAML file");
     std::ifstream f(file);
     DTR_CHECK(f.good(), "cannot read recipe file '", file, "'");
   }
@@ -369,6 +379,10 @@ Recipe load_recipe(const std::string& file, const std::vector<std::string>& over
   } catch (const YAML::Exception& e) {
     DTR_ERROR(file, ":", e.mark.line + 1, ":", e.mark.column + 1, ": YAML syntax: ", e.msg);
   }
+  // --set walks maps: say what the file holds instead of yaml-cpp's "operator[] call on a scalar".
+  const char* kind = !root || root.IsNull() ? "nothing (an empty file)" : root.IsScalar() ? "a scalar" : "a list";
+  DTR_CHECK(root.IsMap() || ((!root || root.IsNull()) && !overrides.empty()), file,
+            ": expected a YAML map of sections (model, dataset, ...), the file holds ", kind);
   std::vector<std::string> keys;
   for (const auto& o : overrides) {
     apply_override(root, o);
@@ -383,7 +397,7 @@ std::string dump_recipe(const Recipe& r) {
   e << YAML::Key << "model" << YAML::Value << YAML::BeginMap;
   if (!r.model.path.empty()) e << YAML::Key << "path" << YAML::Value << r.model.path;
   if (!r.model.config_name.empty()) e << YAML::Key << "config" << YAML::Value << r.model.config_name;
-  if (r.model.config) e << YAML::Key << "config" << YAML::Value << r.model.config;
+  if (r.model.config.IsMap()) e << YAML::Key << "config" << YAML::Value << r.model.config;
   e << YAML::Key << "dtype" << YAML::Value << r.model.dtype << YAML::EndMap;
   if (r.peft.enabled) {
     e << YAML::Key << "peft" << YAML::Value << YAML::BeginMap;

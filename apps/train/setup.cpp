@@ -62,6 +62,11 @@ LlamaConfig resolve_config(const Recipe& r, std::string& source) {
     DTR_CHECK(fs::exists(r.model.path), "model.path: no such file or directory '", r.model.path, "' (",
               r.source_of("model.path"), "); scripts/fetch-model.sh downloads the default model");
     if (ends_with(r.model.path, ".gguf")) return llama_config_from_gguf(gguf::GGUFFile::open(r.model.path));
+    DTR_CHECK(!fs::is_directory(r.model.path) || fs::exists(fs::path(r.model.path) / "config.json"), "model.path: '",
+              r.model.path, "' is a directory without config.json (expected a .gguf file or a Hugging Face model "
+              "directory; ", r.source_of("model.path"), ")");
+    DTR_CHECK(fs::is_directory(r.model.path) || ends_with(r.model.path, ".json"), "model.path: '", r.model.path,
+              "' is neither a .gguf file nor a Hugging Face model directory (", r.source_of("model.path"), ")");
     return load_llama_config(r.model.path);
   }
   if (r.model.config_name == "debug") {
@@ -203,9 +208,12 @@ std::string dry_run_report(const Recipe& r, const Plan& p) {
 }
 
 std::vector<data::Sample> load_samples(const Recipe& r, const DatasetRecipe& d, const std::string& name) {
-  for (const auto& f : d.paths)
+  for (const auto& f : d.paths) {
     DTR_CHECK(fs::exists(f), name, ".path: no such file '", f, "' (", r.source_of(name + ".path"),
               "); scripts/fetch-data.sh builds the default data");
+    DTR_CHECK(!fs::is_directory(f), name, ".path: '", f, "' is a directory, expected a ", d.type, " file (",
+              r.source_of(name + ".path"), ")");
+  }
   std::vector<data::Sample> out;
   if (d.type == "token_shards") {
     auto ds = data::load_token_shard_dataset(d.paths, d.seq_len);
