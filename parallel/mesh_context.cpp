@@ -39,6 +39,34 @@ std::optional<DType> get_dtype(const YAML::Node& n, const std::string& key, cons
   }
 }
 
+/// offload_policy: null / false (off), true, or a map with `_target_` (a CPUOffloadPolicy /
+/// OffloadPolicy class path, as Automodel recipes write it) and `pin_memory`.
+OffloadPolicy get_offload_policy(const YAML::Node& v, const std::string& where) {
+  OffloadPolicy o;
+  if (v.IsNull()) return o;
+  if (v.IsScalar()) {
+    o.enabled = get_bool(v, "offload_policy", where);
+    return o;
+  }
+  DTR_CHECK(v.IsMap(), where, ".offload_policy: expected true, false or a map (_target_, pin_memory)");
+  o.enabled = true;
+  for (const auto& kv : v) {
+    const std::string k = kv.first.as<std::string>();
+    const std::string full = "offload_policy." + k;
+    if (k == "pin_memory") {
+      o.pin_memory = get_bool(kv.second, full, where);
+    } else if (k == "_target_") {
+      const std::string t = get_str(kv.second, full, where);
+      DTR_CHECK(t.ends_with("CPUOffloadPolicy") || t.ends_with(".OffloadPolicy") || t == "OffloadPolicy", where, ".",
+                full, "='", t, "': expected torch.distributed.fsdp.CPUOffloadPolicy (or OffloadPolicy)");
+      o.enabled = t.ends_with("CPUOffloadPolicy");  // torch's base OffloadPolicy means no offload
+    } else {
+      DTR_ERROR(where, ".offload_policy: unknown key '", k, "' (expected _target_, pin_memory)");
+    }
+  }
+  return o;
+}
+
 }  // namespace
 
 MeshContext MeshContext::from_yaml(const YAML::Node& d, int64_t world, const std::string& where) {
@@ -81,20 +109,21 @@ MeshContext MeshContext::from_yaml(const YAML::Node& d, int64_t world, const std
           else if (pk == "cast_forward_inputs") c.mp_policy.cast_forward_inputs = get_bool(p.second, full, where);
           else DTR_ERROR(where, ".mp_policy: unknown key '", pk, "' (expected param_dtype, reduce_dtype, output_dtype, cast_forward_inputs)");
         }
-      } else if (k == "offload_policy") c.offload = v.IsNull() ? false : (v.IsScalar() ? get_bool(v, k, where) : true);
+      } else if (k == "offload_policy") c.offload_policy = get_offload_policy(v, where);
       else if (k == "reshard_after_forward") {
         if (!v.IsNull()) c.reshard_after_forward = get_bool(v, k, where);
       } else if (k == "enable_fsdp2_prefetch") c.enable_fsdp2_prefetch = get_bool(v, k, where);
       else if (k == "fsdp2_forward_prefetch_depth") c.fsdp2_forward_prefetch_depth = static_cast<int>(get_int(v, k, where));
       else if (k == "fsdp2_backward_prefetch_depth") c.fsdp2_backward_prefetch_depth = static_cast<int>(get_int(v, k, where));
-      else if (k == "defer_fsdp_grad_sync" || k == "enable_async_tensor_parallel" || k == "enable_compile") {
+      else if (k == "defer_fsdp_grad_sync") c.defer_fsdp_grad_sync = get_bool(v, k, where);
+      else if (k == "enable_async_tensor_parallel" || k == "enable_compile") {
         DTR_CHECK(!get_bool(v, k, where), where, ".", k, ": true is not supported by dtr (only false)");
       } else {
         DTR_ERROR(where, ": unknown key '", k,
                   "' (expected strategy, dp_size, dp_replicate_size, tp_size, cp_size, pp_size, ep_size, "
                   "sequence_parallel, activation_checkpointing, activation_checkpointing_scope, mp_policy, "
                   "offload_policy, reshard_after_forward, enable_fsdp2_prefetch, fsdp2_forward_prefetch_depth, "
-                  "fsdp2_backward_prefetch_depth)");
+                  "fsdp2_backward_prefetch_depth, defer_fsdp_grad_sync)");
       }
     }
   }
@@ -141,6 +170,10 @@ void MeshContext::validate(const std::string& where) const {
   DTR_CHECK(!(strategy == "ddp" && (tp_size > 1 || dp_replicate_size > 1)), where,
             ".strategy=ddp needs tp_size=1 and dp_replicate_size=1 (got tp_size=", tp_size, ", dp_replicate_size=",
             dp_replicate_size, ")");
+  DTR_CHECK(!(strategy == "ddp" && mp_policy.any_dtype()), where,
+            ".mp_policy: mixed precision is applied by FSDP; strategy=ddp does not support it (use strategy fsdp2)");
+  DTR_CHECK(!(strategy == "ddp" && offload_policy.enabled), where,
+            ".offload_policy: CPU offload is an FSDP policy; strategy=ddp does not support it (use strategy fsdp2)");
   DTR_CHECK(fsdp2_forward_prefetch_depth >= 0 && fsdp2_backward_prefetch_depth >= 0, where,
             ": prefetch depths must be >= 0 (got ", fsdp2_forward_prefetch_depth, ", ", fsdp2_backward_prefetch_depth,
             ")");
@@ -201,6 +234,9 @@ std::string MeshContext::str() const {
   os << "strategy=" << strategy << " world=" << world_size << " dp=" << dp_size << " (replicate " << dp_replicate_size
      << " x shard " << dp_size / dp_replicate_size << ") tp=" << tp_size << " sequence_parallel="
      << (sequence_parallel ? "true" : "false") << " activation_checkpointing=" << activation_checkpointing;
+  if (!defer_fsdp_grad_sync) os << " defer_fsdp_grad_sync=false (gradients reduced every micro-batch)";
+  if (offload_policy.enabled)
+    os << " offload_policy=cpu (CPU run: shards, gradients and optimizer state already in host memory)";
   return os.str();
 }
 

@@ -26,8 +26,19 @@ struct MeshContext {
   bool sequence_parallel = false;
   std::string activation_checkpointing = "none";  // none | full | selective
   std::string activation_checkpointing_scope = "all";
+  /// Applied by fully_shard; with dp 1 (TP only, or one process) parallelize_model still wraps
+  /// the units (fully_shard on the size-1 dp mesh) so that a set policy takes effect.
   MixedPrecisionPolicy mp_policy;
-  bool offload = false;
+  /// `offload_policy`: true / false / null, or a map {_target_: ...CPUOffloadPolicy, pin_memory}
+  /// (Automodel's form). dtr-train runs on the CPU, where FSDP's shards, gradients and optimizer
+  /// state already live in host memory and the optimizer steps there: the policy holds without
+  /// moving anything (str() says so). fully_shard refuses it for CUDA parameters (not built).
+  OffloadPolicy offload_policy;
+  /// NeMo's FSDP2Manager key: true (default) syncs gradients (FSDP reduce-scatter, DDP
+  /// all-reduce) on the last micro-batch of a step only; false reduces after every micro-batch,
+  /// so unsharded gradients never outlive their backward (gradient memory 1/dp of the model for
+  /// full fine-tunes) at the cost of one reduction per micro-batch. Same results either way.
+  bool defer_fsdp_grad_sync = true;
   std::optional<bool> reshard_after_forward;
   bool enable_fsdp2_prefetch = true;
   int fsdp2_forward_prefetch_depth = 1;

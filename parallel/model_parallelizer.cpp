@@ -75,7 +75,10 @@ void parallelize_model(nn::Module& model, const MeshContext& ctx) {
     if (ctx.dp_size > 1) replicate(model, ctx.dp_mesh());
     return;
   }
-  if (is_unsharded(ctx)) {
+  // dp 1 with a mixed-precision policy: the units are still wrapped (fully_shard on the size-1
+  // dp mesh: no dp communication) so that the policy takes effect.
+  const bool mp = ctx.mp_policy.any_dtype();
+  if (is_unsharded(ctx) && !mp) {
     apply_ac();
     return;
   }
@@ -94,10 +97,10 @@ void parallelize_model(nn::Module& model, const MeshContext& ctx) {
               " but the ", model.type_name(), " model has no MoE block");
   }
   apply_ac();
-  if (ctx.dp_size == 1) return;
+  if (ctx.dp_size == 1 && !mp) return;
   FSDPOptions opt;
   opt.mp_policy = ctx.mp_policy;
-  opt.offload_policy.enabled = ctx.offload;
+  opt.offload_policy = ctx.offload_policy;
   opt.forward_prefetch_depth = ctx.enable_fsdp2_prefetch ? ctx.fsdp2_forward_prefetch_depth : 0;
   opt.backward_prefetch_depth = ctx.enable_fsdp2_prefetch ? ctx.fsdp2_backward_prefetch_depth : 0;
   // dp x tp: FSDP + TP on the (dp_shard, tp) mesh ((dp_replicate, dp_shard, tp) with HSDP).
@@ -133,7 +136,8 @@ void finish_model_backward(nn::Module& model, const MeshContext& ctx) {
   if (is_fully_sharded(model)) finish_backward(model);
 }
 
-void set_model_gradient_sync(nn::Module& model, const MeshContext& ctx, bool sync) {
+void set_model_gradient_sync(nn::Module& model, const MeshContext& ctx, bool last_micro_batch) {
+  const bool sync = last_micro_batch || !ctx.defer_fsdp_grad_sync;
   if (ctx.strategy == "ddp") {
     if (ctx.dp_size > 1) replicate_set_requires_gradient_sync(model, sync);
     return;

@@ -41,7 +41,8 @@ void register_model_parallelizer(const std::string& model_type, ParallelizerFact
 std::shared_ptr<ModelParallelizer> parallelizer_for(const nn::Module& model);
 
 /// Parallelizes `model` in place on ctx.mesh (build_mesh() must have run):
-///  - world (or mesh) size 1: activation checkpointing only (unsharded);
+///  - world (or mesh) size 1: activation checkpointing only (unsharded), unless ctx.mp_policy
+///    sets a dtype: then fully_shard on the size-1 dp mesh applies it (as for TP only, dp 1);
 ///  - fsdp2: TP (plan translated to LoRA styles) -> activation checkpointing (full or selective,
 ///    every layer) -> fully_shard per
 ///    layer (reshard_after_forward true except the last layer, unless set explicitly) ->
@@ -62,8 +63,11 @@ void parallelize_model(nn::Module& model, const MeshContext& ctx);
 /// finish_backward (FSDP and FSDP + TP), DDP's wait); a no-op when unsharded. Call it
 /// after every backward, before clipping and the optimizer step.
 void finish_model_backward(nn::Module& model, const MeshContext& ctx);
-/// Gradient accumulation: with false, the next backward keeps gradients local (no reduction).
-void set_model_gradient_sync(nn::Module& model, const MeshContext& ctx, bool sync);
+/// Gradient accumulation: call before each micro-batch's backward. The backward of the last
+/// micro-batch of a step reduces the gradients; earlier ones keep them local (unsharded, summed)
+/// when ctx.defer_fsdp_grad_sync (default), or reduce them too (reduce-scatter into the sharded
+/// .grad every micro-batch) when it is false.
+void set_model_gradient_sync(nn::Module& model, const MeshContext& ctx, bool last_micro_batch);
 
 #define DTR_REGISTER_MODEL_PARALLELIZER(type, cls) \
   static const bool DTR_CONCAT(dtr_par_reg_, __LINE__) = \

@@ -312,6 +312,9 @@ void fully_shard(nn::Module& module, const DeviceMesh& mesh, const FSDPOptions& 
     if (t.is_distributed()) check_tp_param(label, fqn, t, mesh, tp_layout);
     DTR_CHECK(t.dim() >= 1, "fully_shard(", label, "): parameter \"", fqn, "\" is 0-d; Shard(0) needs dim >= 1");
     DTR_CHECK(t.is_leaf(), "fully_shard(", label, "): parameter \"", fqn, "\" is not a leaf");
+    DTR_CHECK(!options.offload_policy.enabled || t.device().is_cpu(), "fully_shard(", label, "): OffloadPolicy with ",
+              "parameter \"", fqn, "\" on ", t.device().str(), ": CPU offload of device parameters is not built yet ",
+              "(for CPU parameters the policy holds as they are: shards, gradients and optimizer state in host memory)");
     auto it = index.find(t.impl());
     if (it != index.end()) {
       params[it->second].first.push_back(fqn);

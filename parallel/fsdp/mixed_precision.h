@@ -23,10 +23,14 @@ struct MixedPrecisionPolicy {
   std::optional<DType> reduce_dtype;
   std::optional<DType> output_dtype;
   bool cast_forward_inputs = true;
+  /// True when some dtype is set (the policy casts something).
+  bool any_dtype() const { return param_dtype || reduce_dtype || output_dtype; }
 };
 
-/// CPU offload of sharded parameters, gradients and optimizer state. Meaningful with CUDA; on a
-/// CPU build everything already lives on the CPU, so the policy is accepted and has no effect.
+/// CPU offload of sharded parameters, gradients and optimizer state (FSDP2's CPUOffloadPolicy:
+/// shards in host memory, all-gathers copied to the device, gradients copied back, optimizer step
+/// on the CPU). For CPU parameters that is already the case, so nothing is moved; fully_shard
+/// refuses the policy for CUDA parameters (offloading them is not built yet).
 struct OffloadPolicy {
   bool enabled = false;
   bool pin_memory = true;

@@ -2,7 +2,8 @@
 # End-to-end tests of dtr-train on the CI recipes (configs/ci/*.yaml), run from the repo root:
 #   train_e2e.sh meshes|resume|epochs|errors DTR_TRAIN COMPARE_METRICS [MPIRUN]
 # meshes: the same 20-step LoRA recipe on 1 rank, dp 2 (FSDP), tp 2, tp 3, HSDP 2x2, dp 2 x tp 2
-#         and tp 2 / tp 3 (uneven sequence shards) with sequence parallelism
+#         and tp 2 / tp 3 (uneven sequence shards) with sequence parallelism, dp 2 with
+#         defer_fsdp_grad_sync=false (a reduce-scatter per micro-batch)
 #         gives the same loss sequence within LOSS_RTOL (f32; see below). dp 2 x tp 2 runs FSDP + TP
 #         (the "not built yet" skips below are kept for older builds).
 # resume: a run stopped after step 13 (--stop-after) and rerun resumes from step_10 and
@@ -54,6 +55,12 @@ meshes)
       > /dev/null || fail "tp 2 + sequence parallel run"
   echo "== tp 2 + sequence parallel vs single"
   "$CMP" "$out/single/metrics.jsonl" "$out/tp_sp/metrics.jsonl" --rtol $LOSS_RTOL || fail "tp_sp losses"
+  # gradients reduce-scattered after every micro-batch (2 per step here) instead of the last only
+  rm -rf "$out/dp_nodefer"
+  run 2 configs/ci/dp.yaml --set distributed.defer_fsdp_grad_sync=false --set checkpoint.checkpoint_dir=$out/dp_nodefer \
+      > /dev/null || fail "dp 2 + defer_fsdp_grad_sync=false run"
+  echo "== dp 2, defer_fsdp_grad_sync=false vs single"
+  "$CMP" "$out/single/metrics.jsonl" "$out/dp_nodefer/metrics.jsonl" --rtol $LOSS_RTOL || fail "dp_nodefer losses"
   # seq_len 32 over tp 3: uneven sequence shards (11, 11, 10)
   rm -rf "$out/tp3_sp"
   run 3 configs/ci/tp3.yaml --set distributed.sequence_parallel=true --set checkpoint.checkpoint_dir=$out/tp3_sp \

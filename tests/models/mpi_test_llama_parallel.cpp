@@ -58,6 +58,24 @@ TEST_CASE("MeshContext derives dp and rejects bad settings with named keys", "[m
   CHECK_THROWS_WITH(ctx_from("{tp_size: 7, cp_size: 7905747460161236407}", 1), Catch::Contains("overflows int64"));
   CHECK(ctx_from("{dp_replicate_size: 2, mp_policy: {param_dtype: bf16, reduce_dtype: float32}}", 4).mp_policy.param_dtype ==
         DType::bf16);
+  CHECK(c.defer_fsdp_grad_sync);
+  CHECK_FALSE(ctx_from("{defer_fsdp_grad_sync: false}", 4).defer_fsdp_grad_sync);
+  CHECK_THROWS_WITH(ctx_from("{defer_fsdp_grad_sync: maybe}", 4), Catch::Contains("defer_fsdp_grad_sync: expected true or false"));
+  CHECK_FALSE(c.offload_policy.enabled);
+  const MeshContext off =
+      ctx_from("{offload_policy: {_target_: torch.distributed.fsdp.CPUOffloadPolicy, pin_memory: false}}", 4);
+  CHECK(off.offload_policy.enabled);
+  CHECK_FALSE(off.offload_policy.pin_memory);
+  CHECK(off.str().find("offload_policy=cpu") != std::string::npos);
+  CHECK(ctx_from("{offload_policy: true}", 4).offload_policy.enabled);
+  CHECK_FALSE(ctx_from("{offload_policy: {_target_: torch.distributed.fsdp.OffloadPolicy}}", 4).offload_policy.enabled);
+  CHECK_THROWS_WITH(ctx_from("{offload_policy: {pin: true}}", 4), Catch::Contains("offload_policy: unknown key 'pin'"));
+  CHECK_THROWS_WITH(ctx_from("{offload_policy: {_target_: my.Offload}}", 4),
+                    Catch::Contains("offload_policy._target_='my.Offload'"));
+  CHECK_THROWS_WITH(ctx_from("{strategy: ddp, mp_policy: {param_dtype: bf16}}", 4),
+                    Catch::Contains("mp_policy") && Catch::Contains("strategy=ddp"));
+  CHECK_THROWS_WITH(ctx_from("{strategy: ddp, offload_policy: true}", 4),
+                    Catch::Contains("offload_policy") && Catch::Contains("strategy=ddp"));
 }
 
 TEST_CASE("Llama parallelizer checks heads against tp", "[llama][tp]") {
