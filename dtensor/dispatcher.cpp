@@ -1,5 +1,7 @@
 // The dtensor side of the op dispatcher: for a call with distributed inputs, find the op's
-// sharding rule, decide (cached), redistribute inputs, run the local kernel, wrap outputs.
+// sharding rule, decide (cached), redistribute inputs, run the local kernel, wrap outputs. Rules
+// that do not place strided shards themselves see them as Replicate (one place for FSDP + TP
+// parameters in every op).
 // Installed into the tensor layer at load time, with the optimizer's local-tensor converter
 // (optimizers step a DTensor parameter's local shard), so that any DTensor parameter (TP,
 // FSDP, distribute_tensor) can be handed to an optimizer without further setup.
@@ -97,7 +99,22 @@ class DTensorDispatcher final : public DistributedDispatcher {
         specs[i] = &*implicit[i];
       }
     }
-    OpSchema schema{call, specs, mesh};
+    // Strided shards (FSDP + TP parameters): a rule that does not place them itself sees them as
+    // Replicate; step 3 redistributes those inputs from their real placements.
+    bool any_strided = false;
+    for (const DTensorSpec* sp : specs)
+      if (sp)
+        for (const auto& p : sp->placements) any_strided = any_strided || p.is_strided_shard();
+    const RuleEntry* rule = nullptr;
+    std::vector<std::optional<DTensorSpec>> plain(any_strided ? call.inputs.size() : 0);
+    std::vector<const DTensorSpec*> rule_specs = specs;
+    if (any_strided) {
+      rule = find_sharding_rule(call.op->name);
+      if (rule && rule->strided == StridedInputs::Replicate)
+        for (size_t i = 0; i < specs.size(); ++i)
+          if (specs[i]) rule_specs[i] = &plain[i].emplace(without_strided(*specs[i]));
+    }
+    OpSchema schema{call, rule_specs, mesh};
     // 2. Decision (cached by op and every argument).
     const ShardingDecision* d = nullptr;
     std::string key = make_key(call, specs);
@@ -110,9 +127,10 @@ class DTensorDispatcher final : public DistributedDispatcher {
       }
     }
     if (!d) {
-      const ShardingRule* rule = find_sharding_rule(call.op->name);
-      DTR_CHECK(rule != nullptr, call.name(), ": no sharding rule for distributed inputs ", describe(schema));
-      ShardingDecision dec = (*rule)(schema);
+      if (!rule) rule = find_sharding_rule(call.op->name);
+      DTR_CHECK(rule != nullptr, call.name(), ": no sharding rule for distributed inputs ",
+                describe(OpSchema{call, specs, mesh}));
+      ShardingDecision dec = rule->rule(schema);
       std::lock_guard<std::mutex> lock(mu_);
       ++g_stats.misses;
       d = &cache_.emplace(std::move(key), std::move(dec)).first->second;

@@ -79,50 +79,58 @@ Placements normalize_placements(const Placements& p, int64_t ndim, const char* o
   return out;
 }
 
+std::vector<int> strided_partners(const Placements& pl, const Shape& mesh_shape, size_t i) {
+  std::vector<int> later;
+  if (!pl[i].is_strided_shard()) return later;
+  int64_t prod = 1;
+  for (size_t j = i + 1; j < pl.size(); ++j)
+    if (pl[j].is_shard(pl[i].dim)) {
+      later.push_back(static_cast<int>(j));
+      prod *= mesh_shape[j];
+    }
+  if (prod != pl[i].split_factor) later.clear();
+  return later;
+}
+
+std::vector<int> application_order(const Placements& pl, const Shape& mesh_shape) {
+  std::vector<int> order;
+  std::vector<bool> done(pl.size(), false);
+  for (size_t i = 0; i < pl.size(); ++i) {
+    if (done[i]) continue;
+    for (int j : strided_partners(pl, mesh_shape, i)) {
+      order.push_back(j);
+      done[j] = true;
+    }
+    order.push_back(static_cast<int>(i));
+  }
+  return order;
+}
+
 void local_shape_and_offset(const Shape& global_shape, const Shape& mesh_shape, const Placements& placements,
                             const std::vector<int64_t>& coordinate, Shape& local_shape, Shape& offset) {
   local_shape = global_shape;
   offset.assign(global_shape.size(), 0);
-  std::vector<bool> done(placements.size(), false);
-  auto take = [&](int64_t d, const Chunk& c) {
-    if (c.size == 0) offset[d] = global_shape[d];
-    else if (offset[d] != global_shape[d]) offset[d] += c.offset;
-    local_shape[d] = c.size;
-  };
-  for (size_t i = 0; i < placements.size(); ++i) {
+  for (int i : application_order(placements, mesh_shape)) {
     const Placement& p = placements[i];
-    if (!p.shards() || done[i]) continue;
+    if (!p.shards()) continue;
     const int64_t d = p.dim;
     const int64_t n = mesh_shape[i];
-    if (p.is_shard()) {
-      take(d, chunk_of(local_shape[d], n, coordinate[i]));
-      continue;
-    }
-    // StridedShard(d, sf) followed by plain Shard(d) mesh dims whose sizes multiply to sf (the
-    // FSDP + TP layout): those later (TP) dims split first, right to left, and this rank holds
-    // its torch.chunk of the TP block: one contiguous range (PyTorch's _StridedShard order).
-    const int64_t sf = p.split_factor;
-    std::vector<size_t> later;
-    int64_t prod = 1;
-    for (size_t j = i + 1; j < placements.size(); ++j)
-      if (placements[j].is_shard(d)) {
-        later.push_back(j);
-        prod *= mesh_shape[j];
-      }
-    if (!later.empty() && prod == sf) {
-      for (size_t j : later) {
-        take(d, chunk_of(local_shape[d], mesh_shape[j], coordinate[j]));
-        done[j] = true;
-      }
-      take(d, chunk_of(local_shape[d], n, coordinate[i]));
+    // Shard, or a StridedShard after its partners (FSDP + TP: the TP dims split first and this
+    // rank holds its torch.chunk of the TP block, one contiguous range; PyTorch's _StridedShard
+    // order): this rank's chunk of the current local size.
+    if (p.is_shard() || !strided_partners(placements, mesh_shape, i).empty()) {
+      const Chunk c = chunk_of(local_shape[d], n, coordinate[i]);
+      if (c.size == 0) offset[d] = global_shape[d];
+      else if (offset[d] != global_shape[d]) offset[d] += c.offset;
+      local_shape[d] = c.size;
       continue;
     }
     // A strided shard alone on its dim (e.g. halfway through a redistribution): this rank's
     // piece of each of the split_factor blocks. The rows are not one range; the offset
     // reported is that of the first piece.
-    const Chunk first = chunk_of(chunk_of(local_shape[d], sf, 0).size, n, coordinate[i]);
+    const Chunk first = chunk_of(chunk_of(local_shape[d], p.split_factor, 0).size, n, coordinate[i]);
     offset[d] += first.offset;
-    local_shape[d] = strided_local_size(local_shape[d], sf, n, coordinate[i]);
+    local_shape[d] = strided_local_size(local_shape[d], p.split_factor, n, coordinate[i]);
   }
 }
 

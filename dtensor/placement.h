@@ -66,12 +66,23 @@ int64_t strided_local_size(int64_t size, int64_t sf, int64_t n, int64_t r);
 /// True when `p` shards tensor dim `d` (Shard or StridedShard).
 inline bool shards_dim(const Placement& p, int64_t d) { return p.shards() && p.dim == d; }
 
+/// The later mesh dims that a StridedShard(d, sf) at mesh dim `i` of `pl` pairs with: the
+/// Shard(d) mesh dims right of i, when their sizes multiply to sf (the FSDP + TP layout, in which
+/// they split d first and i takes its chunk of their block). Empty when pl[i] is not a strided
+/// shard or stands alone (then the rank holds its piece of each of the sf blocks).
+std::vector<int> strided_partners(const Placements& pl, const Shape& mesh_shape, size_t i);
+
+/// Mesh dims in the order their placements apply to the local shard: left to right, except that
+/// a paired StridedShard applies right after its partners (see strided_partners). Every mesh dim
+/// appears once.
+std::vector<int> application_order(const Placements& pl, const Shape& mesh_shape);
+
 /// Normalises negative shard dims against `ndim`; errors name the placement and shape.
 Placements normalize_placements(const Placements& p, int64_t ndim, const char* op);
 
 /// Local shape and global offset of the shard at `coordinate` (one entry per mesh dim) of a
 /// tensor of `global_shape` placed by `placements` on a mesh of `mesh_shape`. Mesh dims
-/// apply left to right to the current local size (nested sharding).
+/// apply in application_order to the current local size (nested sharding).
 void local_shape_and_offset(const Shape& global_shape, const Shape& mesh_shape, const Placements& placements,
                             const std::vector<int64_t>& coordinate, Shape& local_shape, Shape& offset);
 

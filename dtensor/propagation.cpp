@@ -8,17 +8,26 @@
 
 namespace dtr {
 namespace {
-std::map<std::string, ShardingRule>& rules() {
-  static std::map<std::string, ShardingRule> r;
+std::map<std::string, RuleEntry>& rules() {
+  static std::map<std::string, RuleEntry> r;
   return r;
 }
 }  // namespace
 
-void register_sharding_rule(const std::string& name, ShardingRule rule) { rules()[name] = std::move(rule); }
+void register_sharding_rule(const std::string& name, ShardingRule rule, StridedInputs strided) {
+  rules()[name] = RuleEntry{std::move(rule), strided};
+}
 
-const ShardingRule* find_sharding_rule(const std::string& name) {
+const RuleEntry* find_sharding_rule(const std::string& name) {
   auto it = rules().find(name);
   return it == rules().end() ? nullptr : &it->second;
+}
+
+DTensorSpec without_strided(const DTensorSpec& s) {
+  DTensorSpec out = s;
+  for (auto& p : out.placements)
+    if (p.is_strided_shard()) p = Replicate();
+  return out;
 }
 
 double redistribute_cost(const DTensorSpec& from, const Placements& to) {
@@ -38,8 +47,8 @@ double redistribute_cost(const DTensorSpec& from, const Placements& to) {
   for (const auto& st : plan_redistribute(from, to)) {
     const double local = bytes / shards(cur);
     const double n = static_cast<double>(from.mesh.size(st.mesh_dim));
-    if (st.from.is_shard() && st.to.is_replicate()) cost += local * n;           // all_gather
-    else if (st.from.is_shard() && st.to.is_shard()) cost += local;              // all_to_all
+    if (st.from.shards() && st.to.is_replicate()) cost += local * n;             // all_gather
+    else if (st.from.shards() && st.to.shards()) cost += local;                  // all_to_all
     else if (st.from.is_partial() && st.to.is_replicate()) cost += 2.0 * local;  // all_reduce
     else if (st.from.is_partial() && st.to.is_shard()) cost += local;            // reduce_scatter
     else cost += 0.0;                                                            // local chunk / scale

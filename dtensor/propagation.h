@@ -40,10 +40,30 @@ struct ShardingDecision {
 
 using ShardingRule = std::function<ShardingDecision(const OpSchema&)>;
 
+/// How a rule meets strided shards (StridedShard, FSDP + TP parameters) among its inputs.
+enum class StridedInputs : uint8_t {
+  /// Default: the rule sees every StridedShard mesh dim as Replicate, and the dispatcher
+  /// redistributes such inputs from their real placements to the ones the rule asks for (one
+  /// all_gather over the dp dim for a [StridedShard(0, tp), Shard(0)] parameter).
+  Replicate,
+  /// The rule places StridedShard inputs itself (pointwise, reductions, transposes, in-place ops).
+  Accept,
+};
+
+/// A registered rule and how it meets strided shards.
+struct RuleEntry {
+  ShardingRule rule;
+  StridedInputs strided = StridedInputs::Replicate;
+};
+
 /// Registers the rule of op `name`.
-void register_sharding_rule(const std::string& name, ShardingRule rule);
+void register_sharding_rule(const std::string& name, ShardingRule rule,
+                            StridedInputs strided = StridedInputs::Replicate);
 /// The rule of `name`, or nullptr.
-const ShardingRule* find_sharding_rule(const std::string& name);
+const RuleEntry* find_sharding_rule(const std::string& name);
+/// `s` with every StridedShard mesh dim replaced by Replicate (what a StridedInputs::Replicate
+/// rule sees).
+DTensorSpec without_strided(const DTensorSpec& s);
 
 /// One candidate: input placements -> output placements.
 struct Strategy {
@@ -78,5 +98,9 @@ void clear_propagation_cache();
 
 #define DTR_REGISTER_SHARDING_RULE(name, fn) \
   static const bool DTR_CONCAT(dtr_rule_reg_, __LINE__) = (::dtr::register_sharding_rule(name, fn), true)
+/// Registers a rule that places StridedShard inputs itself (StridedInputs::Accept).
+#define DTR_REGISTER_STRIDED_SHARDING_RULE(name, fn) \
+  static const bool DTR_CONCAT(dtr_rule_reg_, __LINE__) = \
+      (::dtr::register_sharding_rule(name, fn, ::dtr::StridedInputs::Accept), true)
 
 }  // namespace dtr

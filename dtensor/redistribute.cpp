@@ -11,18 +11,6 @@
 namespace dtr {
 namespace {
 
-/// Size of tensor dim d at mesh level `level` for this rank (after mesh dims < level shard it).
-int64_t level_size(const DTensorSpec& s, const Placements& cur, int level, int64_t d) {
-  int64_t size = s.shape[d];
-  const auto coord = s.mesh.get_coordinate();
-  for (int i = 0; i < level; ++i) {
-    if (cur[i].is_shard(d)) size = chunk_of(size, s.mesh.size(i), coord[i]).size;
-    else if (cur[i].is_strided_shard() && cur[i].dim == d)
-      size = strided_local_size(size, cur[i].split_factor, s.mesh.size(i), coord[i]);
-  }
-  return size;
-}
-
 Shape move_to_front_perm(int64_t ndim, int64_t d) {
   Shape p{d};
   for (int64_t i = 0; i < ndim; ++i)
@@ -45,15 +33,6 @@ Tensor pad_dim(const Tensor& x, int64_t d, int64_t size) {
   Tensor region = out.narrow(d, 0, x.sizes()[d]);
   region.copy_(x);
   return out;
-}
-
-/// True when a mesh dim left of `i` holds a strided shard of tensor dim `d`: the ranks along
-/// mesh dim i then hold torch.chunk pieces of TP blocks, not of the level (see
-/// local_shape_and_offset), so their sizes are listed explicitly.
-bool strided_left_of(const Placements& pl, int i, int64_t d) {
-  for (int j = 0; j < i; ++j)
-    if (pl[j].is_strided_shard() && pl[j].dim == d) return true;
-  return false;
 }
 
 /// Size of tensor dim d on each rank along mesh dim i (other coordinates this rank's).
@@ -93,14 +72,6 @@ Tensor all_gather_sizes(const Tensor& local, ProcessGroup& g, int64_t d, const s
     if (sizes[r] > 0) pieces.push_back(out.narrow(0, r * c, sizes[r]));
   Tensor whole = pieces.empty() ? out.narrow(0, 0, 0) : cat(pieces, 0);
   return whole.permute(inverse_perm(perm)).contiguous();
-}
-
-Tensor all_gather_dim(const Tensor& local, ProcessGroup& g, int64_t d, int64_t full) {
-  const int64_t n = g.size();
-  const int64_t c = (full + n - 1) / n;
-  Shape perm = move_to_front_perm(local.dim(), d);
-  Tensor out = all_gather_padded(local, g, perm, c);
-  return out.narrow(0, 0, full).permute(inverse_perm(perm)).contiguous();
 }
 
 /// StridedShard(d, sf) -> Replicate: gather every rank's pieces (padded to the largest local
@@ -207,35 +178,40 @@ void log_step(const DTensorSpec& s, const RedistributeStep& st) {
 
 }  // namespace
 
+namespace {
+/// The (mesh dim, placement) pairs that apply before mesh dim m on the tensor dim m shards, in
+/// application order: m's chunk is the same in two placement lists when these agree.
+std::vector<std::pair<int, Placement>> shard_prefix(const Placements& pl, const Shape& mesh_shape, int m) {
+  std::vector<std::pair<int, Placement>> out;
+  for (int j : application_order(pl, mesh_shape)) {
+    if (j == m) break;
+    if (shards_dim(pl[j], pl[m].dim)) out.emplace_back(j, pl[j]);
+  }
+  return out;
+}
+}  // namespace
+
 std::vector<RedistributeStep> plan_redistribute(const DTensorSpec& from, const Placements& to_in) {
   const int nd = from.mesh.ndim();
   DTR_CHECK(static_cast<int>(to_in.size()) == nd, "redistribute: ", to_in.size(), " placements ",
             placements_str(to_in), " for a ", nd, "-d mesh");
   const Placements to = normalize_placements(to_in, static_cast<int64_t>(from.shape.size()), "redistribute");
+  const Shape& ms = from.mesh.shape();
   Placements cur = from.placements;
-  std::vector<RedistributeStep> steps;
-  for (int i = 0; i < nd; ++i) {
+  for (int i = 0; i < nd; ++i)
     DTR_CHECK(!(cur[i].shards() && to[i].is_partial()), "redistribute: ", cur[i].str(), " -> ", to[i].str(),
               " is not supported (a shard cannot become a pending reduction); from ", placements_str(cur), " to ",
               placements_str(to));
-    DTR_CHECK(!cur[i].is_strided_shard() || cur[i] == to[i] || to[i].is_replicate(),
-              "redistribute: a strided shard can only become Replicate (", placements_str(cur), " -> ",
-              placements_str(to), ")");
-    DTR_CHECK(!to[i].is_strided_shard() || cur[i] == to[i] || cur[i].is_replicate() || cur[i].is_shard(),
-              "redistribute: only Replicate or Shard can become a strided shard (", placements_str(cur), " -> ",
-              placements_str(to), ")");
-  }
-  // Phase 1: right to left, unshard.
-  for (int i = nd - 1; i >= 0; --i) {
+  std::vector<RedistributeStep> steps;
+  // Phase 1: in reverse application order, undo every shard that changes or whose prefix (the
+  // shards applied before it on its tensor dim) changes. Dims applied after an undone one were
+  // undone before it, so each gather sees its rank's chunk of one level.
+  const std::vector<int> from_order = application_order(cur, ms);
+  for (auto it = from_order.rbegin(); it != from_order.rend(); ++it) {
+    const int i = *it;
     if (!cur[i].shards()) continue;
     const int64_t d = cur[i].dim;
-    bool must = cur[i] != to[i];
-    if (!must) {
-      // Kept shard, but a mesh dim to its left changes how d is split: unshard and reapply.
-      for (int j = 0; j < i; ++j)
-        if ((shards_dim(cur[j], d) && cur[j] != to[j]) || (shards_dim(to[j], d) && cur[j] != to[j])) must = true;
-    }
-    if (!must) continue;
+    if (cur[i] == to[i] && shard_prefix(cur, ms, i) == shard_prefix(to, ms, i)) continue;
     // Direct all_to_all when the target is another shard dim and nothing nested interferes.
     if (cur[i].is_shard() && to[i].is_shard() && to[i].dim != d) {
       const int64_t e = to[i].dim;
@@ -252,10 +228,13 @@ std::vector<RedistributeStep> plan_redistribute(const DTensorSpec& from, const P
     steps.push_back({i, cur[i], Replicate()});
     cur[i] = Replicate();
   }
-  // Phase 2: left to right, apply targets.
-  for (int i = 0; i < nd; ++i) {
+  // Phase 2: in the target's application order, apply the targets. Partial -> a strided shard
+  // that stands alone (no collective splits that way) and Partial -> another Partial op reduce
+  // first.
+  for (int i : application_order(to, ms)) {
     if (cur[i] == to[i]) continue;
-    if (cur[i].is_partial() && to[i].is_partial()) {  // different pending ops: reduce first
+    const bool lone_strided = to[i].is_strided_shard() && strided_partners(to, ms, i).empty();
+    if (cur[i].is_partial() && (to[i].is_partial() || lone_strided)) {
       steps.push_back({i, cur[i], Replicate()});
       cur[i] = Replicate();
     }
@@ -268,6 +247,7 @@ std::vector<RedistributeStep> plan_redistribute(const DTensorSpec& from, const P
 Tensor redistribute_local(const Tensor& local_in, const DTensorSpec& from, const Placements& to_in) {
   NoGradGuard no_grad;
   const auto steps = plan_redistribute(from, to_in);
+  const Shape& ms = from.mesh.shape();
   Placements cur = from.placements;
   Tensor local = local_in;
   const auto coord = from.mesh.get_coordinate();
@@ -281,29 +261,28 @@ Tensor redistribute_local(const Tensor& local_in, const DTensorSpec& from, const
       cur[i] = b;
       continue;
     }
-    if (a.is_strided_shard() && b.is_replicate()) {
-      local = strided_all_gather_dim(local, g, a.dim, level_size(from, cur, i, a.dim), a.split_factor);
-    } else if (a.is_replicate() && b.is_strided_shard()) {
+    // A strided shard standing alone holds pieces of sf blocks; a paired one (after its
+    // partners) and a plain shard hold one chunk of the current level.
+    const bool a_lone = a.is_strided_shard() && strided_partners(cur, ms, i).empty();
+    Placements next = cur;
+    next[i] = b;
+    const bool b_lone = b.is_strided_shard() && strided_partners(next, ms, i).empty();
+    if (a_lone && b.is_replicate()) {
+      const auto sizes = sizes_along(from, cur, i, a.dim);
+      int64_t level = 0;
+      for (int64_t n : sizes) level += n;
+      local = strided_all_gather_dim(local, g, a.dim, level, a.split_factor);
+    } else if (a.is_replicate() && b_lone) {
       local = strided_local_split(local, g.size(), coord[i], b.dim, b.split_factor);
-    } else if (a.is_shard() && b.is_replicate() && strided_left_of(cur, i, a.dim)) {
+    } else if (a.shards() && b.is_replicate()) {
       local = all_gather_sizes(local, g, a.dim, sizes_along(from, cur, i, a.dim));
-    } else if (a.is_replicate() && b.is_shard() && strided_left_of(cur, i, b.dim)) {
-      Placements next = cur;
-      next[i] = b;
-      const auto sizes = sizes_along(from, next, i, b.dim);
-      int64_t start = 0;
-      for (int64_t k = 0; k < coord[i]; ++k) start += sizes[k];
-      local = local.narrow(b.dim, start, sizes[coord[i]]).contiguous();
-    } else if (a.is_shard() && b.is_replicate()) {
-      local = all_gather_dim(local, g, a.dim, level_size(from, cur, i, a.dim));
     } else if (a.is_shard() && b.is_shard()) {
-      local = all_to_all_dims(local, g, a.dim, level_size(from, cur, i, a.dim), b.dim, level_size(from, cur, i, b.dim),
-                              coord[i]);
+      local = all_to_all_dims(local, g, a.dim, from.shape[a.dim], b.dim, from.shape[b.dim], coord[i]);
     } else if (a.is_partial() && b.is_replicate()) {
       local = all_reduce_local(local, g, a.reduce);
-    } else if (a.is_partial() && b.is_shard()) {
+    } else if (a.is_partial() && b.shards()) {
       local = reduce_scatter_dim(local, g, a.reduce, b.dim, coord[i]);
-    } else if (a.is_replicate() && b.is_shard()) {
+    } else if (a.is_replicate() && b.shards()) {
       const Chunk c = chunk_of(local.sizes()[b.dim], g.size(), coord[i]);
       local = local.narrow(b.dim, c.size ? c.offset : 0, c.size).contiguous();
     } else if (a.is_replicate() && b.is_partial()) {

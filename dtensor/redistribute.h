@@ -1,9 +1,12 @@
 #pragma once
 // Redistribution of a distributed tensor between any two placement lists on its mesh.
-// Plan (n-d): walk mesh dims right to left undoing sharding that must change (and any sharding
-// nested to its right on the same tensor dim), then left to right applying the targets.
-// Transitions: S->R all_gather, P->R all_reduce, P->S reduce_scatter, R->S local chunk,
-// S(i)->S(j) all_to_all, R->P local scale; uneven sizes padded for the collective and cut after.
+// Plan (n-d): walk mesh dims in reverse application order (left to right, except that a strided
+// shard paired with later TP dims applies after them) undoing every shard that changes or whose
+// prefix (the shards applied before it on its tensor dim) changes, then in the target's
+// application order apply the targets. Any placement list can become any other, except a shard
+// becoming Partial. Transitions: S->R all_gather, P->R all_reduce, P->S reduce_scatter, R->S local
+// chunk, S(i)->S(j) all_to_all, R->P local scale; a lone strided shard <-> R gathers / splits its
+// pieces of the blocks; uneven sizes padded for the collective and cut after.
 // Source: PyTorch torch.distributed.tensor._redistribute.
 #include "dtensor/spec.h"
 

@@ -8,10 +8,10 @@ Placements map_to_input(const Placements& out_pl, const Shape& out, const Shape&
   Placements r = out_pl;
   const int64_t lead = static_cast<int64_t>(out.size()) - static_cast<int64_t>(in.size());
   for (auto& p : r) {
-    if (!p.is_shard()) continue;
+    if (!p.shards()) continue;
     const int64_t jd = p.dim - lead;
     if (jd < 0 || (in[jd] == 1 && out[p.dim] != 1)) p = Replicate();
-    else p = Shard(jd);
+    else p.dim = jd;  // Shard or StridedShard alike (the dim has the output's size)
   }
   return r;
 }

@@ -7,8 +7,8 @@ namespace dtr::rules {
 
 /// Placements an input of shape `in` needs so that it lines up (by right-aligned
 /// broadcasting) with an output of shape `out` placed by `out_pl`: output Shard(d) becomes
-/// Shard of the matching input dim, or Replicate where the input is broadcast along it.
-/// Partial entries are copied as they are.
+/// Shard of the matching input dim, or Replicate where the input is broadcast along it
+/// (StridedShard alike). Partial entries are copied as they are.
 Placements map_to_input(const Placements& out_pl, const Shape& out, const Shape& in);
 
 /// This rank's local shape of a tensor of global `shape` placed by `pl` on `mesh`.

@@ -6,6 +6,7 @@
 // replicated factor, div of a Partial numerator, maximum with Partial(max). Adding a replicated
 // operand to a Partial one scales the replicated operand by 1/n locally (R -> P), no reduction.
 // A scalar added to a Partial tensor forces a reduction first, so it is added once.
+// StridedShard inputs (FSDP + TP parameters) are followed like shards: no communication.
 // Source: PyTorch torch.distributed.tensor._ops._pointwise_ops.
 #include "dtensor/rules/common.h"
 
@@ -22,8 +23,9 @@ Strategy follow(const OpSchema& s, size_t k, const Shape& out, Linearity lin) {
   const int64_t lead = static_cast<int64_t>(out.size()) - static_cast<int64_t>(fk.shape.size());
   for (int i = 0; i < nd; ++i) {
     const Placement& p = fk.placements[i];
-    if (p.is_shard()) {
-      out_pl[i] = Shard(p.dim + lead);
+    if (p.shards()) {
+      out_pl[i] = p;  // Shard or StridedShard: same rows, the dim shifted past new leading dims
+      out_pl[i].dim = p.dim + lead;
     } else if (p.is_partial()) {
       const bool sum_like = p.reduce == ReduceOp::SUM || p.reduce == ReduceOp::AVG;
       bool keep = false;
@@ -122,29 +124,29 @@ ShardingDecision rule_full_like(const OpSchema& s) {
   return d;
 }
 
-DTR_REGISTER_SHARDING_RULE("full_like", rule_full_like);
-DTR_REGISTER_SHARDING_RULE("to_dtype", rule_unary_linear);
-DTR_REGISTER_SHARDING_RULE("clone", rule_unary_linear);
-DTR_REGISTER_SHARDING_RULE("to_device", rule_unary_linear);
-DTR_REGISTER_SHARDING_RULE("neg", rule_unary_linear);
-DTR_REGISTER_SHARDING_RULE("mul_scalar", rule_unary_linear);
-DTR_REGISTER_SHARDING_RULE("div_scalar", rule_unary_linear);
-DTR_REGISTER_SHARDING_RULE("add", rule_additive);
-DTR_REGISTER_SHARDING_RULE("sub", rule_additive);
-DTR_REGISTER_SHARDING_RULE("mul", rule_mul);
-DTR_REGISTER_SHARDING_RULE("div", rule_div);
-DTR_REGISTER_SHARDING_RULE("maximum", rule_max);
-DTR_REGISTER_SHARDING_RULE("copy_", rule_inplace);
-DTR_REGISTER_SHARDING_RULE("fill_", rule_inplace);
-DTR_REGISTER_SHARDING_RULE("add_", rule_inplace);
-DTR_REGISTER_SHARDING_RULE("mul_", rule_inplace);
-DTR_REGISTER_SHARDING_RULE("swiglu_backward", rule_none_2out);
+DTR_REGISTER_STRIDED_SHARDING_RULE("full_like", rule_full_like);
+DTR_REGISTER_STRIDED_SHARDING_RULE("to_dtype", rule_unary_linear);
+DTR_REGISTER_STRIDED_SHARDING_RULE("clone", rule_unary_linear);
+DTR_REGISTER_STRIDED_SHARDING_RULE("to_device", rule_unary_linear);
+DTR_REGISTER_STRIDED_SHARDING_RULE("neg", rule_unary_linear);
+DTR_REGISTER_STRIDED_SHARDING_RULE("mul_scalar", rule_unary_linear);
+DTR_REGISTER_STRIDED_SHARDING_RULE("div_scalar", rule_unary_linear);
+DTR_REGISTER_STRIDED_SHARDING_RULE("add", rule_additive);
+DTR_REGISTER_STRIDED_SHARDING_RULE("sub", rule_additive);
+DTR_REGISTER_STRIDED_SHARDING_RULE("mul", rule_mul);
+DTR_REGISTER_STRIDED_SHARDING_RULE("div", rule_div);
+DTR_REGISTER_STRIDED_SHARDING_RULE("maximum", rule_max);
+DTR_REGISTER_STRIDED_SHARDING_RULE("copy_", rule_inplace);
+DTR_REGISTER_STRIDED_SHARDING_RULE("fill_", rule_inplace);
+DTR_REGISTER_STRIDED_SHARDING_RULE("add_", rule_inplace);
+DTR_REGISTER_STRIDED_SHARDING_RULE("mul_", rule_inplace);
+DTR_REGISTER_STRIDED_SHARDING_RULE("swiglu_backward", rule_none_2out);
 
 [[maybe_unused]] const bool registered_nonlinear = [] {
   for (const char* n : {"add_scalar", "sub_scalar", "rsub_scalar", "pow_scalar", "exp", "log", "sqrt", "rsqrt", "abs",
                         "sigmoid", "tanh", "relu", "silu", "gelu_erf", "gelu_tanh", "sign", "eq", "gt_scalar",
                         "lt_scalar", "where", "gelu_backward", "swiglu"})
-    register_sharding_rule(n, rule_none);
+    register_sharding_rule(n, rule_none, StridedInputs::Accept);
   return true;
 }();
 

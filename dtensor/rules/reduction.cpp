@@ -6,7 +6,8 @@
 // reduced with MIN / MAX over the mesh, never a sum (PyTorch maps them to a sum); an empty
 // shard gives the identity (true / false). Partial inputs are reduced first (min(-3, 0) is
 // nonzero, and(-3, 0) is false), except a bool Partial of the same op.
-// max along a dim with indices needs that dim whole (indices are global).
+// max along a dim with indices needs that dim whole (indices are global). sum / amax / all / any
+// take StridedShard inputs as they are (a strided shard of a reduced dim becomes Partial too).
 // Source: PyTorch torch.distributed.tensor._ops._math_ops.
 #include <algorithm>
 
@@ -54,14 +55,15 @@ ShardingDecision reduce_rule(const OpSchema& s, ReduceOp partial_op, bool logica
   for (size_t i = 0; i < in.size(); ++i) {
     const Placement& p = in[i];
     // max / min have no identity for an empty shard: gather that dim instead.
-    if (p.is_shard() && partial_op != ReduceOp::SUM && !logical && out_dim(p.dim, dims, keepdim) < 0 &&
+    if (p.shards() && partial_op != ReduceOp::SUM && !logical && out_dim(p.dim, dims, keepdim) < 0 &&
         some_shard_empty(x, p.dim)) {
       in[i] = out[i] = Replicate();
       continue;
     }
-    if (p.is_shard()) {
+    if (p.shards()) {  // Shard or StridedShard: the local rows partition the dim either way
       const int64_t od = out_dim(p.dim, dims, keepdim);
-      out[i] = od < 0 ? Partial(partial_op) : Shard(od);
+      if (od < 0) out[i] = Partial(partial_op);
+      else out[i].dim = od;
     } else if (p.is_partial() && !keeps(p)) {
       in[i] = Replicate();
       out[i] = Replicate();
@@ -117,10 +119,10 @@ ShardingDecision rule_max_dim_backward(const OpSchema& s) {
   return dec;
 }
 
-DTR_REGISTER_SHARDING_RULE("sum", rule_sum);
-DTR_REGISTER_SHARDING_RULE("amax", rule_amax);
-DTR_REGISTER_SHARDING_RULE("all", rule_all);
-DTR_REGISTER_SHARDING_RULE("any", rule_any);
+DTR_REGISTER_STRIDED_SHARDING_RULE("sum", rule_sum);
+DTR_REGISTER_STRIDED_SHARDING_RULE("amax", rule_amax);
+DTR_REGISTER_STRIDED_SHARDING_RULE("all", rule_all);
+DTR_REGISTER_STRIDED_SHARDING_RULE("any", rule_any);
 DTR_REGISTER_SHARDING_RULE("max_dim", rule_max_dim);
 DTR_REGISTER_SHARDING_RULE("max_dim_backward", rule_max_dim_backward);
 

@@ -8,7 +8,9 @@
 // to a size-1 output dim (the matching one of its group, else any; unsqueeze / squeeze of other
 // dims), and only when the output has none (squeezing it away) is it gathered, by view too: the
 // single process accepts the view and no other layout can express it. An empty tensor and a
-// size-1 mesh dim are replicated (nothing moves).
+// size-1 mesh dim are replicated (nothing moves). Strided shards (FSDP + TP) map like shards, a
+// flatten / split keeping them when every piece of the dim (shards x lone strided blocks) is
+// whole and equal.
 // Source: PyTorch torch.distributed.tensor._ops._view_ops (dim maps).
 #include "dtensor/rules/common.h"
 
@@ -29,7 +31,7 @@ ShardingDecision rule_transpose(const OpSchema& s) {
   const int64_t a = wrap_dim(s.call.i(0), nd, "transpose"), b = wrap_dim(s.call.i(1), nd, "transpose");
   Placements out = x.placements;
   for (auto& p : out)
-    if (p.is_shard()) p = Shard(p.dim == a ? b : (p.dim == b ? a : p.dim));
+    if (p.shards()) p.dim = p.dim == a ? b : (p.dim == b ? a : p.dim);
   Shape sh = x.shape;
   std::swap(sh[a], sh[b]);
   return same_rank(s, x.placements, out, sh);
@@ -47,7 +49,7 @@ ShardingDecision rule_permute(const OpSchema& s) {
   }
   Placements out = x.placements;
   for (auto& p : out)
-    if (p.is_shard()) p = Shard(inv[p.dim]);
+    if (p.shards()) p.dim = inv[p.dim];
   return same_rank(s, x.placements, out, sh);
 }
 
@@ -152,24 +154,34 @@ ShardingDecision view_rule(const OpSchema& s, bool strict) {
   int64_t any_unit_out = -1;
   for (size_t b = 0; b < out.size() && any_unit_out < 0; ++b)
     if (out[b] == 1) any_unit_out = static_cast<int64_t>(b);
+  // Pieces tensor dim d is cut into: its shard count, times the blocks of any strided shard that
+  // stands alone on it. A flatten / split keeps the layout when every piece is whole and equal.
+  auto pieces = [&](int64_t d) {
+    int64_t n = x.num_shards(d);
+    for (size_t k = 0; k < x.placements.size(); ++k)
+      if (shards_dim(x.placements[k], d) && x.placements[k].is_strided_shard() &&
+          strided_partners(x.placements, s.mesh.shape(), k).empty())
+        n *= x.placements[k].split_factor;
+    return n;
+  };
   for (int m = 0; m < nd; ++m) {
-    if (!in_pl[m].is_shard()) continue;
+    if (!in_pl[m].shards()) continue;  // Shard or StridedShard: the same dim maps
     const int64_t d = in_pl[m].dim;
     if (!empty && in[d] == 1) {  // degenerate shard: to a size-1 output dim, or gathered when there is none
       const auto& units = unit_out[group_of_in[d]];
       const int64_t k = unit_rank_in[d];
       const int64_t u = k < static_cast<int64_t>(units.size()) ? units[k] : any_unit_out;
-      if (u >= 0) out_pl[m] = Shard(u);
+      if (u >= 0) out_pl[m].dim = u;
       else in_pl[m] = out_pl[m] = Replicate();
       continue;
     }
     bool ok = !empty && group_of_in[d] >= 0;
     if (ok) {
       const int64_t g = group_of_in[d];
-      const int64_t shards = x.num_shards(d);
+      const int64_t n = pieces(d);
       const auto [fo, osize] = first_out[g];
-      ok = first_in[g] == d && fo >= 0 && (osize == in[d] || (in[d] % shards == 0 && osize % shards == 0));
-      if (ok) out_pl[m] = Shard(fo);
+      ok = first_in[g] == d && fo >= 0 && (osize == in[d] || (in[d] % n == 0 && osize % n == 0));
+      if (ok) out_pl[m].dim = fo;
     }
     if (!ok) {
       DTR_CHECK(!strict || empty || s.mesh.size(m) == 1, "view: cannot view ", x.str(), " as ", out,
@@ -186,13 +198,13 @@ ShardingDecision view_rule(const OpSchema& s, bool strict) {
 ShardingDecision rule_view(const OpSchema& s) { return view_rule(s, true); }
 ShardingDecision rule_reshape(const OpSchema& s) { return view_rule(s, false); }
 
-DTR_REGISTER_SHARDING_RULE("transpose", rule_transpose);
-DTR_REGISTER_SHARDING_RULE("permute", rule_permute);
+DTR_REGISTER_STRIDED_SHARDING_RULE("transpose", rule_transpose);
+DTR_REGISTER_STRIDED_SHARDING_RULE("permute", rule_permute);
 DTR_REGISTER_SHARDING_RULE("slice", rule_slice);
 DTR_REGISTER_SHARDING_RULE("slice_backward", rule_slice_backward);
 DTR_REGISTER_SHARDING_RULE("expand", rule_expand);
-DTR_REGISTER_SHARDING_RULE("view", rule_view);
-DTR_REGISTER_SHARDING_RULE("reshape", rule_reshape);
+DTR_REGISTER_STRIDED_SHARDING_RULE("view", rule_view);
+DTR_REGISTER_STRIDED_SHARDING_RULE("reshape", rule_reshape);
 
 }  // namespace
 }  // namespace dtr::rules

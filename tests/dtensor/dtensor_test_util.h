@@ -26,11 +26,15 @@ inline std::vector<DeviceMesh> test_meshes() {
 }
 
 /// All placement lists over `mesh` for a tensor of rank `ndim`, from the single-dim options
-/// (Replicate, Shard(d) for every d, and Partial(sum) when `partial`).
-inline std::vector<Placements> all_placements(const DeviceMesh& mesh, int64_t ndim, bool partial) {
+/// (Replicate, Shard(d) for every d, Partial(sum) when `partial`, StridedShard(d, d + 2) for
+/// every d when `strided`).
+inline std::vector<Placements> all_placements(const DeviceMesh& mesh, int64_t ndim, bool partial,
+                                              bool strided = false) {
   std::vector<Placement> opts{Replicate()};
   for (int64_t d = 0; d < ndim; ++d) opts.push_back(Shard(d));
   if (partial) opts.push_back(Partial(ReduceOp::SUM));
+  if (strided)
+    for (int64_t d = 0; d < ndim; ++d) opts.push_back(StridedShard(d, d + 2));
   std::vector<Placements> out{{}};
   for (int i = 0; i < mesh.ndim(); ++i) {
     std::vector<Placements> next;
