@@ -55,7 +55,7 @@ namespace dtr {
 /// tp dim that is not the parameter's mesh ("mesh dims do not match"), or a Partial TP placement;
 /// a 0-d or non-leaf parameter; parameters of one unit with different dtypes; a policy dtype
 /// that is not f32/f64/bf16/f16; a mesh that is not 1-d or 2-d (2-d or 3-d with tp); negative
-/// prefetch depths.
+/// prefetch depths; an enabled OffloadPolicy with a parameter not on the CPU (not built).
 void fully_shard(nn::Module& module, const DeviceMesh& mesh, const FSDPOptions& options = {});
 
 /// True when fully_shard was called on `module`.

@@ -67,6 +67,9 @@ class RowwiseParallel : public ParallelStyle {
   std::shared_ptr<ParallelStyle> clone() const override { return std::make_shared<RowwiseParallel>(*this); }
 };
 
+/// Replicates the module's parameters (no communication, requires_grad kept) and runs it on
+/// inputs sharded on `sequence_dim`; plain inputs are this rank's torch.chunk shard, wrapped with
+/// the exact global length (tp::wrap_local_shard), so the length need not divide by tp.
 class SequenceParallel : public ParallelStyle {
  public:
   explicit SequenceParallel(int64_t sequence_dim = 1, bool use_local_output = false);
