@@ -28,6 +28,20 @@ struct DDPState {
   int next_launch = 0;
   bool requires_sync = true;
   bool active = false;  // a forward ran since the last finish
+  // Every parameter with its requires_grad at replicate(): the buckets are built once from it.
+  std::vector<std::pair<std::string, Tensor>> all;
+  std::vector<bool> requires_grad;
+
+  /// requires_grad changed since replicate() would be a silent wrong update (a frozen parameter
+  /// gets an averaged zero gradient, an unfrozen one is stepped with each rank's own gradient):
+  /// refused, as the buckets (torch DDP's reducer too) are fixed at construction.
+  void check_requires_grad() const {
+    for (size_t i = 0; i < all.size(); ++i)
+      DTR_CHECK(all[i].second.requires_grad() == requires_grad[i], "replicate: requires_grad of \"", all[i].first,
+                "\" changed to ", all[i].second.requires_grad() ? "true" : "false",
+                " after replicate (DDP's buckets are fixed when it is applied); set requires_grad before replicate, "
+                "or use fully_shard (strategy fsdp2), which honours the change");
+  }
 
   void reset() {
     for (Bucket& b : buckets) {
@@ -127,6 +141,8 @@ void replicate(nn::Module& module, const DeviceMesh& mesh, const DDPOptions& opt
       st->pg->broadcast(t, 0)->wait();
     }
     if (p.requires_grad()) st->params.push_back(p);
+    st->all.push_back({fqn, p});
+    st->requires_grad.push_back(p.requires_grad());
   }
   if (options.broadcast_from_rank0 && st->pg->size() > 1)
     for (auto& [fqn, b] : module.named_buffers()) {
@@ -157,6 +173,7 @@ void replicate(nn::Module& module, const DeviceMesh& mesh, const DDPOptions& opt
     // A backward that launched some buckets but not all (unused parameters, no finish call):
     // complete the launched ones so no collective is left behind; unlaunched ones are dropped.
     if (st->active && st->next_launch > 0) st->wait_all();
+    st->check_requires_grad();
     st->reset();
     return std::nullopt;
   });

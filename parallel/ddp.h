@@ -25,7 +25,9 @@ struct DDPOptions {
 /// size) and writes the gradients back, so after loss.backward() the .grad are final.
 /// Contract as fully_shard: when a trainable parameter received no gradient, call
 /// replicate_finish_backward(module) before the optimizer step (zeros stand in).
-/// Errors: mesh not 1-d; called twice on a module; a DTensor parameter.
+/// Errors: mesh not 1-d; called twice on a module; a DTensor parameter; at a later forward, a
+/// parameter whose requires_grad changed since replicate (the buckets are fixed; fully_shard
+/// honours such a change instead).
 void replicate(nn::Module& module, const DeviceMesh& mesh, const DDPOptions& options = {});
 
 /// Gradient accumulation: with false, backward keeps the local gradients (no all-reduce).

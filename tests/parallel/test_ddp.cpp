@@ -62,3 +62,21 @@ TEST_CASE("replicate: unused parameters need replicate_finish_backward") {
   CHECK(net->emb->weight().grad().defined());
   CHECK(amax(abs(net->head->weight().grad())).item<double>() == 0.0);
 }
+
+TEST_CASE("replicate: requires_grad changed after replicate is a clear error, not a silent update") {
+  // Frozen later, a parameter would get an all-reduced zero gradient (AdamW moves it); unfrozen
+  // later, it would be stepped with each rank's own gradient (ranks drift apart).
+  DeviceMesh mesh = DeviceMesh::world("dp");
+  auto [ids, tg] = batch_rows(0, rank(), rank() + 1);
+  for (bool freeze : {true, false}) {
+    INFO("freeze " << freeze);
+    auto net = make_net();
+    if (!freeze) net->head->weight().set_requires_grad(false);
+    replicate(*net, mesh);
+    loss_of(*net, ids, tg).backward();
+    replicate_finish_backward(*net);
+    net->head->weight().set_requires_grad(freeze ? false : true);
+    CHECK_THROWS_WITH(loss_of(*net, ids, tg),
+                      Catch::Contains("head.weight") && Catch::Contains("requires_grad") && Catch::Contains("replicate"));
+  }
+}
