@@ -1,4 +1,5 @@
-// dtr-bench: the benchmark front end. `dtr-bench <name> [args]` with name one of gemm, ops,
+// dtr-bench: the benchmark front end (CLI11 subcommands; `dtr-bench NAME --help` prints the
+// benchmark's options and runs nothing). `dtr-bench <name> [args]` with name one of gemm, ops,
 // dtensor, collectives, fsdp, train-step, moe. Each prints dtr beside its reference, measured in
 // the same run, except train-step and moe (bench/moe.h), which time dtr alone (bench/compare/
 // puts them beside PyTorch: run.sh, moe.sh).
@@ -13,10 +14,11 @@
 //   per-phase and per-op tables and, as the last line, one JSON object (step_ms_median,
 //   tokens_per_s, model_flops_per_step, peak_rss_mib, phases{...}). Model FLOPs formula:
 //   bench/train_step.h (train_step_model_flops).
+#include <CLI/CLI.hpp>
+
 #include <cstdio>
-#include <cstring>
-#include <map>
 #include <string>
+#include <vector>
 
 #include "bench/collectives.h"
 #include "bench/dtensor_overhead.h"
@@ -31,29 +33,67 @@
 #include "runtime/env.h"
 #include "tensor/error.h"
 
+namespace {
+
+/// One benchmark: its subcommand, what it measures, the options its own parser takes (shown by
+/// `dtr-bench NAME --help`; "" = none, and then extra arguments are errors).
+struct Bench {
+  const char* name;
+  int (*run)(int, char**);
+  const char* what;
+  const char* options;
+};
+
+}  // namespace
+
 int main(int argc, char** argv) {
-  const std::map<std::string, int (*)(int, char**)> benches = {
-      {"gemm", dtr::bench::bench_gemm},
+  const std::vector<Bench> benches = {
+      {"gemm", dtr::bench::bench_gemm, "dtr's SGEMM vs raw Eigen on the train-step shapes",
+       "[--blas] (add OpenBLAS)  [FILTER] (shape names containing FILTER)"},
 #ifdef DTR_WITH_CUDA
-      {"gemm-gpu", dtr::bench::bench_gemm_gpu},
+      {"gemm-gpu", dtr::bench::bench_gemm_gpu, "dtr's cuBLASLt path vs raw cublasGemmEx, and the 8192^3 peak",
+       "[--dtype bf16|f16|f32] [--iters N]"},
 #endif
-      {"moe", dtr::bench::bench_moe},
-      {"ops", dtr::bench::bench_ops},
-      {"dtensor", dtr::bench::bench_dtensor},
-      {"collectives", dtr::bench::bench_collectives},
-      {"fsdp", dtr::bench::bench_fsdp},
-      {"train-step", dtr::bench::bench_train_step},
+      {"moe", dtr::bench::bench_moe, "one MoE layer step: tokens/s, expert-GEMM GFLOP/s vs the SGEMM peak",
+       "[--tokens N] [--hidden N] [--intermediate N] [--experts N] [--top-k N] [--steps N] [--warmup N] [--threads T] "
+       "[--seed S]"},
+      {"ops", dtr::bench::bench_ops, "per-op dispatch overhead and fused-kernel GB/s vs memcpy", ""},
+      {"dtensor", dtr::bench::bench_dtensor, "DTensor dispatch overhead (run under mpirun)", ""},
+      {"collectives", dtr::bench::bench_collectives, "ProcessGroup vs raw MPI, nccl-tests style (under mpirun)",
+       "[--max-mib N] [--min-kib N] [--ops a,b] [--rounds N]"},
+      {"fsdp", dtr::bench::bench_fsdp, "FSDP bytes and peak memory vs their theoretical values (under mpirun)",
+       "[--layers N] [--dim N] [--hidden N] [--vocab N] [--seq N] [--batch N] [--steps N] [--no-reshard]"},
+      {"train-step", dtr::bench::bench_train_step, "Llama LoRA / full training step: phases, per-op profile, MFU",
+       "[--layers 30] [--hidden 576] [--intermediate 1536] [--heads 9] [--kv-heads 3] [--vocab 49152] [--seq 256] "
+       "[--batch 4] [--lora-rank 8] [--lora-alpha 16] [--steps 10] [--warmup 2] [--threads T] [--full-ft] [--fsdp]"},
   };
-  if (argc < 2 || !benches.count(argv[1])) {
-    std::fprintf(stderr, "usage: dtr-bench <name> [args]   names:");
-    for (auto& [n, f] : benches) std::fprintf(stderr, " %s", n.c_str());
-    std::fprintf(stderr, "\n  (options of each: see apps/dtr_bench.cpp and bench/*.h)\n");
-    return 2;
+  CLI::App app{"dtr-bench: dtr measured beside a reference in the same run (bench/)"};
+  app.require_subcommand(1, 1);
+  std::vector<std::string> args;
+  for (const auto& b : benches) {
+    CLI::App* sub = app.add_subcommand(b.name, b.what);
+    if (*b.options) {
+      sub->allow_extras();  // the benchmark's own parser reads them (and rejects unknown ones)
+      sub->footer(std::string("Options of ") + b.name + ": " + b.options);
+    }
   }
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e);
+  }
+  const Bench* chosen = nullptr;
+  for (const auto& b : benches)
+    if (app.got_subcommand(b.name)) chosen = &b;
+  // The benchmark sees "NAME [its options]" as its argv.
+  std::vector<std::string> rest = app.get_subcommand(chosen->name)->remaining();
+  std::vector<char*> sub_argv = {const_cast<char*>(chosen->name)};
+  for (auto& a : rest) sub_argv.push_back(a.data());
+  sub_argv.push_back(nullptr);
   int rc = 0;
   try {
     dtr::init(argc, argv);
-    rc = benches.at(argv[1])(argc - 1, argv + 1);
+    rc = chosen->run(static_cast<int>(rest.size() + 1), sub_argv.data());
   } catch (const std::exception& e) {
     std::fprintf(stderr, "dtr-bench: error: %s\n", e.what());
     rc = 1;

@@ -27,7 +27,8 @@ int main(int argc, char** argv) {
                "remove an earlier run's outputs (metrics, plot, adapter, export, checkpoints) that a run from step 0 "
                "would overwrite; without it such a run refuses to start");
   app.add_option("--progress", opt.progress,
-                 "progress display: auto (\\r line on a terminal; mpirun gives ranks a pty), bar, lines")
+                 "progress display: auto (\\r line on a terminal, plain lines under mpirun / srun or in a "
+                 "file; default DTR_PROGRESS, else auto), bar, lines")
       ->check(CLI::IsMember({"auto", "bar", "lines"}));
   try {
     app.parse(argc, argv);
@@ -46,6 +47,12 @@ int main(int argc, char** argv) {
   bool ok = true;
   try {
     recipe = dtr::train::load_recipe(config, sets);
+    if (!recipe.ignored_keys.empty() && dtr::rank() == 0) {  // one line, whatever the number of keys
+      std::string keys;
+      for (const auto& k : recipe.ignored_keys) keys += (keys.empty() ? "" : ", ") + k;
+      std::fprintf(stderr, "dtr-train: warning: NeMo Automodel keys with no effect on results in dtr, ignored: %s\n",
+                   keys.c_str());
+    }
   } catch (const std::exception& e) {
     if (dtr::rank() == 0) std::fprintf(stderr, "dtr-train: error: %s\n", e.what());
     ok = false;

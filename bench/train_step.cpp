@@ -15,6 +15,7 @@
 #include <nlohmann/json.hpp>
 
 #include "bench/bench_util.h"
+#include "models/llama/flops.h"
 #include "models/llama/llama.h"
 #include "models/lora/inject.h"
 #include "parallel/fsdp/fully_shard.h"
@@ -177,18 +178,16 @@ double sgemm_peak_flops() {
 }
 
 double train_step_model_flops(const TrainStepConfig& c) {
-  const double T = static_cast<double>(c.batch * c.seq), S = static_cast<double>(c.seq);
-  const double L = static_cast<double>(c.layers), h = static_cast<double>(c.hidden);
-  const double D = h / static_cast<double>(c.heads), H = static_cast<double>(c.heads);
-  const double q = H * D, kv = static_cast<double>(c.kv_heads) * D, f = static_cast<double>(c.intermediate);
-  const double per_layer = h * q + 2 * h * kv + q * h + 3 * h * f;  // q, k, v, o, gate, up, down
-  const double N = L * per_layer + h * static_cast<double>(c.vocab);  // + lm_head
-  const double attention = 12.0 * L * H * D * S * T;
-  if (c.full_ft) return 6.0 * N * T + attention;
+  // The formula lives with the model (models/llama/flops.h); dtr-train uses it too.
+  const LlamaConfig lc = llama_config(c);
+  const double h = static_cast<double>(c.hidden), f = static_cast<double>(c.intermediate);
+  const double D = h / static_cast<double>(c.heads);
+  const double q = static_cast<double>(c.heads) * D, kv = static_cast<double>(c.kv_heads) * D;
   const double r = static_cast<double>(c.lora_rank);
   // Adapters: (in, out) of q, k, v, o, gate, up, down.
-  const double adapters = L * r * ((h + q) + 2 * (h + kv) + (q + h) + 2 * (h + f) + (f + h));
-  return 4.0 * N * T + 6.0 * T * adapters + attention;
+  const double adapters = static_cast<double>(c.layers) * r * ((h + q) + 2 * (h + kv) + (q + h) + 2 * (h + f) + (f + h));
+  return llama_train_flops_per_token(lc, !c.full_ft, adapters, static_cast<double>(c.seq)) *
+         static_cast<double>(c.batch * c.seq);
 }
 
 int bench_train_step(int argc, char** argv) {

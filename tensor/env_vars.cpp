@@ -89,6 +89,8 @@ const std::vector<Var>& table() {
       {"DTR_COMM_DEBUG", Kind::flag, 0, 0, {}, "check collective shapes across ranks first"},
       {"DTR_DTENSOR_DEBUG", Kind::flag, 0, 0, {}, "log every implicit redistribution"},
       {"DTR_BACKEND", Kind::choice, 0, 0, {"mpi", "nccl"}, "collective backend of CUDA meshes"},
+      {"DTR_PROGRESS", Kind::choice, 0, 0, {"auto", "bar", "lines"},
+       "dtr-train's progress display when --progress is not given; default auto"},
       {"DTR_CPU_CACHE_MB", Kind::integer, 0, 1073741824.0, {},
        "cap of the host memory block cache in MiB; default 2048, 0 turns it off"},
       {"DTR_CPU_ALLOC_POISON", Kind::flag, 0, 0, {}, "fill every host allocation with NaN bytes"},

@@ -2,6 +2,9 @@
 
 #include <unistd.h>
 
+#include <cstdarg>
+#include <cstdlib>
+
 #include <chrono>
 #include <cmath>
 #include <filesystem>
@@ -9,14 +12,29 @@
 #include <sstream>
 #include <vector>
 
+#include "tensor/env_vars.h"
 #include "tensor/error.h"
 #include "tensor/ops.h"
 
 namespace dtr::train {
 
-double mfu_estimate(double n_params, double tokens_per_s, double peak_flops_per_rank, int world) {
-  if (peak_flops_per_rank <= 0 || world <= 0) return 0;
-  return 6.0 * n_params * tokens_per_s / (peak_flops_per_rank * world);
+std::string strformat(const char* fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  va_list ap2;
+  va_copy(ap2, ap);
+  const int n = std::vsnprintf(nullptr, 0, fmt, ap);
+  va_end(ap);
+  std::string out(n > 0 ? static_cast<size_t>(n) : 0, '\0');
+  if (n > 0) std::vsnprintf(out.data(), out.size() + 1, fmt, ap2);
+  va_end(ap2);
+  return out;
+}
+
+bool started_by_launcher() {
+  for (const char* v : {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_RANK", "SLURM_STEP_ID"})
+    if (const char* s = std::getenv(v); s && *s) return true;
+  return false;
 }
 
 double measure_sgemm_peak_flops() {
@@ -43,24 +61,26 @@ std::string format_duration(double s) {
   return buf;
 }
 
-ProgressPrinter::ProgressPrinter(FILE* out, const std::string& mode)
-    : out_(out), tty_(mode == "bar" || (mode == "auto" && isatty(fileno(out)) != 0)) {
+ProgressPrinter::ProgressPrinter(FILE* out, const std::string& mode_arg) : out_(out) {
+  std::string mode = mode_arg.empty() ? env::choice("DTR_PROGRESS") : mode_arg;
+  if (mode.empty()) mode = "auto";
   DTR_CHECK(mode == "auto" || mode == "bar" || mode == "lines", "--progress: expected auto, bar or lines, got '", mode,
             "'");
+  tty_ = mode == "bar" || (mode == "auto" && isatty(fileno(out)) != 0 && !started_by_launcher());
 }
 
 void ProgressPrinter::step(const StepMetrics& m) {
-  char buf[512];
-  std::snprintf(buf, sizeof buf,
-                "step %lld/%lld | loss %.4f | lr %.3g | grad norm %.3f | %.0f tok/s | MFU %.1f%% | peak mem %.0f MiB | "
-                "ETA %s",
-                (long long)m.step, (long long)m.total_steps, m.loss, m.lr, m.grad_norm, m.tokens_per_s, 100.0 * m.mfu,
-                m.peak_mem_gib * 1024.0, format_duration(m.eta_s).c_str());
+  const std::string mfu = m.mfu >= 0 ? strformat(" | MFU %.1f%%", 100.0 * m.mfu) : std::string();
+  const std::string line = strformat(
+      "step %lld/%lld | loss %.4f | lr %.3g | grad norm %.3f | %.0f tok/s (padding incl.), %.0f label tok/s%s | "
+      "peak mem %.0f MiB | ETA %s",
+      (long long)m.step, (long long)m.total_steps, m.loss, m.lr, m.grad_norm, m.tokens_per_s, m.label_tokens_per_s,
+      mfu.c_str(), m.peak_mem_gib * 1024.0, format_duration(m.eta_s).c_str());
   if (tty_) {
-    std::fprintf(out_, "\r\033[K%s", buf);
+    std::fprintf(out_, "\r\033[K%s", line.c_str());
     open_line_ = true;
   } else {
-    std::fprintf(out_, "%s\n", buf);
+    std::fprintf(out_, "%s\n", line.c_str());
   }
   std::fflush(out_);
 }

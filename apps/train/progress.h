@@ -12,9 +12,10 @@ namespace dtr::train {
 /// Figures of one optimizer step (rank 0's view; loss is the global token-mean).
 struct StepMetrics {
   int64_t step = 0, total_steps = 0;
-  double loss = 0, lr = 0, grad_norm = 0;
-  double tokens_per_s = 0;    // all tokens of the global batch (inputs) / step time
-  double mfu = 0;             // fraction of the peak, see mfu_estimate
+  double loss = 0, lr = 0, grad_norm = 0;  // lr: the learning rate this step used
+  double tokens_per_s = 0;    // input positions of the global batch, padding included / step time
+  double label_tokens_per_s = 0;  // tokens that carried loss (labels != -100) / step time
+  double mfu = -1;            // model FLOPs / (peak x world) (models/llama/flops.h); < 0: no peak given
   double peak_mem_gib = 0;    // max over ranks of dtr::memory_stats().peak
   double eta_s = 0;
   double step_time_s = 0;
@@ -22,20 +23,26 @@ struct StepMetrics {
   double val_loss = -1;       // < 0: not evaluated this step
 };
 
-/// MFU = 6 * n_params * tokens_per_s / (peak_flops_per_rank * world) (Kaplan et al. 2020
-/// "6N" training FLOPs per token; attention FLOPs ignored). n_params counts every parameter
-/// the forward uses (a frozen base still costs forward + input-gradient FLOPs, so 6N stays
-/// the conventional estimate with LoRA too).
-double mfu_estimate(double n_params, double tokens_per_s, double peak_flops_per_rank, int world);
-
 /// A measured SGEMM peak of this process: the best of a few 512^3 f32 matmuls through
-/// dtr::matmul, in FLOP/s (with the rank's threads). Used when logging.peak_tflops is 0.
+/// dtr::matmul, in FLOP/s (with the rank's threads). Used only with logging.peak_tflops: measure
+/// (on a loaded machine it measures the load, not the peak).
 double measure_sgemm_peak_flops();
 
-/// The progress line: "\r" overwriting on a terminal, one plain line per call otherwise.
+/// printf into a std::string of whatever length the output has (no fixed buffer to cut it).
+std::string strformat(const char* fmt, ...) __attribute__((format(printf, 1, 2)));
+
+/// Whether a launcher started this process (mpirun / mpiexec / srun / PMI: OMPI_COMM_WORLD_SIZE,
+/// PMI_SIZE, PMIX_RANK, SLURM_STEP_ID). Its stdout is then the launcher's pipe or pty, not the
+/// user's terminal.
+bool started_by_launcher();
+
+/// The progress line: "\r" overwriting on a user's terminal, one plain line per call otherwise.
 class ProgressPrinter {
  public:
-  /// mode: "auto" (isatty(out)), "bar" (always \r) or "lines" (never).
+  /// mode: "auto" (the \r line when `out` is a terminal and no launcher started the process:
+  /// under mpirun the ranks' stdout is a pty whatever mpirun's own stdout is, so a log of
+  /// `mpirun ... > log` would fill with \r), "bar" (always \r) or "lines" (never). "" takes
+  /// DTR_PROGRESS, else auto.
   explicit ProgressPrinter(FILE* out = stdout, const std::string& mode = "auto");
   void step(const StepMetrics& m);
   /// A line that must not be overwritten (validation results, checkpoint notes).
@@ -45,7 +52,7 @@ class ProgressPrinter {
 
  private:
   FILE* out_;
-  bool tty_;
+  bool tty_ = false;
   bool open_line_ = false;
 };
 

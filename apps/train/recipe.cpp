@@ -9,6 +9,7 @@
 #include <optional>
 #include <sstream>
 
+#include "apps/train/automodel_compat.h"
 #include "tensor/error.h"
 
 namespace dtr::train {
@@ -129,12 +130,24 @@ void parse_dataset(Recipe& r, const YAML::Node& n, const std::string& name, Data
   s.boolean("shuffle", d.shuffle);
   s.str("tokenizer", d.tokenizer);
   s.str("chat_template", d.chat_template);
+  if (auto m = s.get("column_mapping")) {
+    if (!m->IsMap()) s.fail("column_mapping", "a map of context / question / answer to JSON fields", *m);
+    for (const auto& kv : *m) d.column_mapping[kv.first.as<std::string>()] = kv.second.as<std::string>();
+  }
   s.check_unknown();
   if (!d.enabled) return;
-  s.require(d.type == "chat_jsonl" || d.type == "text" || d.type == "token_shards", "type",
-            "must be chat_jsonl, text or token_shards, got '" + d.type + "'");
+  const bool instruction = d.type == "squad" || d.type == "column_mapped";
+  s.require(d.type == "chat_jsonl" || d.type == "text" || d.type == "token_shards" || instruction, "type",
+            "must be chat_jsonl, text, token_shards, squad or column_mapped, got '" + d.type + "'");
   s.require(!d.paths.empty(), "path", "is required");
-  s.require(d.seq_len >= 2, "seq_len", "must be >= 2, got " + std::to_string(d.seq_len));
+  s.require(d.seq_len >= 2 || (instruction && d.seq_len == 0), "seq_len",
+            "must be >= 2" + std::string(instruction ? " or 0 (the longest sample)" : "") + ", got " +
+                std::to_string(d.seq_len));
+  s.require(d.type != "column_mapped" || d.column_mapping.count("answer"), "column_mapping",
+            "must map 'answer' (and 'context' and / or 'question') to JSON fields");
+  for (const auto& [role, field] : d.column_mapping)
+    s.require(role == "context" || role == "question" || role == "answer", "column_mapping",
+              "has role '" + role + "'; expected context, question, answer");
   s.require(d.chat_template == "chatml" || d.chat_template == "smollm2", "chat_template",
             "must be chatml or smollm2, got '" + d.chat_template + "'");
   s.require(d.limit_samples >= 0, "limit_samples", "must be >= 0, got " + std::to_string(d.limit_samples));
@@ -190,9 +203,11 @@ void apply_override(YAML::Node& root, const std::string& assignment) {
   set(root, 0);
 }
 
-Recipe parse_recipe(const YAML::Node& root, const std::string& file, const std::vector<std::string>& overridden) {
+Recipe parse_recipe(const YAML::Node& automodel_root, const std::string& file,
+                    const std::vector<std::string>& overridden) {
   Recipe r;
   r.file = file;
+  const YAML::Node root = translate_automodel(automodel_root, file, r.ignored_keys);
   r.root = root;
   r.overridden = overridden;
   DTR_CHECK(root && root.IsMap(), file, ": expected a YAML map of sections (model, dataset, ...)");
@@ -267,6 +282,7 @@ Recipe parse_recipe(const YAML::Node& root, const std::string& file, const std::
     s.i64("max_steps", st.max_steps);
     s.i64("num_epochs", st.num_epochs);
     s.i64("ckpt_every_steps", st.ckpt_every_steps);
+    s.boolean("save_checkpoint_every_epoch", st.save_checkpoint_every_epoch);
     s.i64("val_every_steps", st.val_every_steps);
     s.i64("val_batches", st.val_batches);
     s.str("on_nonfinite", st.on_nonfinite);
@@ -305,7 +321,13 @@ Recipe parse_recipe(const YAML::Node& root, const std::string& file, const std::
     s.check_unknown();
     std::string lname = o.name;
     std::transform(lname.begin(), lname.end(), lname.begin(), ::tolower);
-    s.require(lname == "adamw", "name", "must be adamw, got '" + o.name + "'");
+    s.require(lname == "adamw" || lname == "adam", "name", "must be adamw or adam, got '" + o.name + "'");
+    o.name = lname;
+    // torch.optim.Adam adds weight_decay * param to the gradient (L2), AdamW decays the weight;
+    // with weight_decay 0 the two are the same update, which is what dtr runs.
+    s.require(lname != "adam" || o.weight_decay == 0, "weight_decay",
+              "=" + num(o.weight_decay) + " with Adam (L2 in the gradient) is not built in dtr; use "
+              "torch.optim.AdamW / name adamw, or weight_decay 0");
     s.require(o.lr >= 0, "lr", "must be >= 0, got " + num(o.lr));
     s.require(o.beta1 >= 0 && o.beta1 < 1 && o.beta2 >= 0 && o.beta2 < 1, "betas",
               "must lie in [0, 1), got [" + num(o.beta1) + ", " + num(o.beta2) + "]");
@@ -316,16 +338,22 @@ Recipe parse_recipe(const YAML::Node& root, const std::string& file, const std::
   {
     Section s(r, root["lr_scheduler"], "lr_scheduler");
     auto& l = r.lr_scheduler;
+    l.enabled = s.present();
     s.i64("lr_warmup_steps", l.lr_warmup_steps);
     s.str("lr_decay_style", l.lr_decay_style);
+    s.f64("init_lr", l.init_lr);
     s.f64("min_lr", l.min_lr);
     s.i64("lr_decay_steps", l.lr_decay_steps);
     s.check_unknown();
     s.require(l.lr_decay_style == "cosine" || l.lr_decay_style == "linear" || l.lr_decay_style == "constant",
               "lr_decay_style", "must be cosine, linear or constant, got '" + l.lr_decay_style + "'");
-    s.require(l.lr_warmup_steps >= 0, "lr_warmup_steps", "must be >= 0, got " + std::to_string(l.lr_warmup_steps));
-    s.require(l.min_lr >= 0 && l.min_lr <= r.optimizer.lr, "min_lr",
+    s.require(l.lr_warmup_steps >= -1, "lr_warmup_steps", "must be >= 0, got " + std::to_string(l.lr_warmup_steps));
+    if (l.min_lr < 0) l.min_lr = 0.01 * r.optimizer.lr;
+    if (l.init_lr < 0) l.init_lr = 0.1 * r.optimizer.lr;
+    s.require(l.min_lr <= r.optimizer.lr, "min_lr",
               "must be in [0, optimizer.lr=" + num(r.optimizer.lr) + "], got " + num(l.min_lr));
+    s.require(l.init_lr <= r.optimizer.lr, "init_lr",
+              "must be in [0, optimizer.lr=" + num(r.optimizer.lr) + "], got " + num(l.init_lr));
     s.require(l.lr_decay_steps >= 0, "lr_decay_steps", "must be >= 0, got " + std::to_string(l.lr_decay_steps));
   }
   {
@@ -334,6 +362,7 @@ Recipe parse_recipe(const YAML::Node& root, const std::string& file, const std::
     s.boolean("enabled", c.enabled);
     s.str("checkpoint_dir", c.checkpoint_dir);
     s.i64("keep_last", c.keep_last);
+    c.save_consolidated = !r.peft.enabled;  // Automodel's "final"; the adapter is LoRA's export
     s.boolean("save_consolidated", c.save_consolidated);
     s.str("adapter_dir", c.adapter_dir);
     s.check_unknown();
@@ -347,10 +376,14 @@ Recipe parse_recipe(const YAML::Node& root, const std::string& file, const std::
     s.i64("every_steps", l.every_steps);
     s.str("metrics_file", l.metrics_file);
     s.str("plot_file", l.plot_file);
-    s.f64("peak_tflops", l.peak_tflops);
+    if (auto n = s.get("peak_tflops")) {  // a number (per rank), or "measure": a start-up SGEMM
+      if (n->IsScalar() && n->Scalar() == "measure") l.peak_tflops = -1;
+      else s.f64("peak_tflops", l.peak_tflops);
+    }
     s.check_unknown();
     s.require(l.every_steps >= 1, "every_steps", "must be >= 1, got " + std::to_string(l.every_steps));
-    s.require(l.peak_tflops >= 0, "peak_tflops", "must be >= 0, got " + num(l.peak_tflops));
+    s.require(l.peak_tflops >= 0 || l.peak_tflops == -1, "peak_tflops",
+              "must be >= 0 or 'measure', got " + num(l.peak_tflops));
     if (l.metrics_file.empty()) l.metrics_file = r.checkpoint.checkpoint_dir + "/metrics.jsonl";
     if (l.plot_file.empty()) l.plot_file = r.checkpoint.checkpoint_dir + "/loss.png";
   }
@@ -418,6 +451,7 @@ std::string dump_recipe(const Recipe& r) {
     e << YAML::Key << "limit_samples" << YAML::Value << d.limit_samples;
     e << YAML::Key << "shuffle" << YAML::Value << d.shuffle;
     if (!d.tokenizer.empty()) e << YAML::Key << "tokenizer" << YAML::Value << d.tokenizer;
+    if (!d.column_mapping.empty()) e << YAML::Key << "column_mapping" << YAML::Value << d.column_mapping;
     e << YAML::Key << "chat_template" << YAML::Value << d.chat_template << YAML::EndMap;
   };
   ds("dataset", r.dataset);
@@ -429,6 +463,7 @@ std::string dump_recipe(const Recipe& r) {
   e << YAML::Key << "max_steps" << YAML::Value << st.max_steps;
   e << YAML::Key << "num_epochs" << YAML::Value << st.num_epochs;
   e << YAML::Key << "ckpt_every_steps" << YAML::Value << st.ckpt_every_steps;
+  e << YAML::Key << "save_checkpoint_every_epoch" << YAML::Value << st.save_checkpoint_every_epoch;
   e << YAML::Key << "val_every_steps" << YAML::Value << st.val_every_steps;
   e << YAML::Key << "val_batches" << YAML::Value << st.val_batches;
   e << YAML::Key << "on_nonfinite" << YAML::Value << st.on_nonfinite << YAML::EndMap;
@@ -439,11 +474,14 @@ std::string dump_recipe(const Recipe& r) {
   e << YAML::Key << "eps" << YAML::Value << o.eps << YAML::Key << "weight_decay" << YAML::Value << o.weight_decay;
   e << YAML::Key << "max_grad_norm" << YAML::Value << o.max_grad_norm << YAML::EndMap;
   const auto& l = r.lr_scheduler;
-  e << YAML::Key << "lr_scheduler" << YAML::Value << YAML::BeginMap;
-  e << YAML::Key << "lr_warmup_steps" << YAML::Value << l.lr_warmup_steps;
-  e << YAML::Key << "lr_decay_style" << YAML::Value << l.lr_decay_style;
-  e << YAML::Key << "min_lr" << YAML::Value << l.min_lr;
-  e << YAML::Key << "lr_decay_steps" << YAML::Value << l.lr_decay_steps << YAML::EndMap;
+  if (l.enabled) {  // no section: constant optimizer.lr
+    e << YAML::Key << "lr_scheduler" << YAML::Value << YAML::BeginMap;
+    e << YAML::Key << "lr_warmup_steps" << YAML::Value << l.lr_warmup_steps;  // -1: min(1000, total / 10)
+    e << YAML::Key << "lr_decay_style" << YAML::Value << l.lr_decay_style;
+    e << YAML::Key << "init_lr" << YAML::Value << l.init_lr;
+    e << YAML::Key << "min_lr" << YAML::Value << l.min_lr;
+    e << YAML::Key << "lr_decay_steps" << YAML::Value << l.lr_decay_steps << YAML::EndMap;
+  }
   const auto& c = r.checkpoint;
   e << YAML::Key << "checkpoint" << YAML::Value << YAML::BeginMap;
   e << YAML::Key << "enabled" << YAML::Value << c.enabled;
@@ -456,7 +494,8 @@ std::string dump_recipe(const Recipe& r) {
   e << YAML::Key << "every_steps" << YAML::Value << g.every_steps;
   e << YAML::Key << "metrics_file" << YAML::Value << g.metrics_file;
   e << YAML::Key << "plot_file" << YAML::Value << g.plot_file;
-  e << YAML::Key << "peak_tflops" << YAML::Value << g.peak_tflops << YAML::EndMap;
+  if (g.peak_tflops < 0) e << YAML::Key << "peak_tflops" << YAML::Value << "measure" << YAML::EndMap;
+  else e << YAML::Key << "peak_tflops" << YAML::Value << g.peak_tflops << YAML::EndMap;
   e << YAML::Key << "rng" << YAML::Value << YAML::BeginMap << YAML::Key << "seed" << YAML::Value << r.seed
     << YAML::EndMap;
   e << YAML::EndMap;

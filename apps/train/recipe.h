@@ -7,9 +7,11 @@
 //   peft:               target_modules, exclude_modules, dim, alpha, dropout, dropout_position,
 //                       use_rslora            (the section's presence turns LoRA on)
 //   distributed:        passed to MeshContext::from_yaml (parallel/mesh_context.h)
-//   dataset:            type (chat_jsonl | text | token_shards), path | paths, seq_len
-//                       (alias packed_sequence_size), doc_separator, limit_samples, shuffle,
-//                       tokenizer (path or "bytes"), chat_template (chatml | smollm2)
+//   dataset:            type (chat_jsonl | text | token_shards | squad | column_mapped), path |
+//                       paths, seq_len (alias packed_sequence_size; 0 = the longest sample, squad /
+//                       column_mapped only), doc_separator, limit_samples, shuffle, tokenizer
+//                       (path or "bytes"), chat_template (chatml | smollm2), column_mapping
+//                       (column_mapped: context / question / answer -> JSON field)
 //   validation_dataset: same keys; optional
 //   step_scheduler:     global_batch_size, local_batch_size, max_steps, num_epochs,
 //                       ckpt_every_steps, val_every_steps, val_batches, on_nonfinite
@@ -20,9 +22,13 @@
 //   logging:            every_steps, metrics_file, plot_file, peak_tflops
 //   rng:                seed
 // Source of key names: NeMo Automodel recipes (../shared/reference/nemo-automodel-semantics.md).
+// Automodel's own sections and `_target_` keys are rewritten onto these first
+// (automodel_compat.h); shared names keep Automodel's defaults (StepSchedulerConfig,
+// LRSchedulerConfig, CheckpointingConfig at NVIDIA-NeMo/Automodel 36044ad).
 #include <yaml-cpp/yaml.h>
 
 #include <cstdint>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -56,17 +62,19 @@ struct DatasetRecipe {
   int64_t limit_samples = 0;  // 0 = all
   bool shuffle = true;
   std::string tokenizer;              // GGUF / tokenizer.json / HF dir / "bytes"; default model.path
-  std::string chat_template = "chatml";  // chatml | smollm2 (chat_jsonl only)
+  std::string chat_template = "chatml";  // chatml | smollm2 (chat_jsonl, squad, column_mapped)
+  std::map<std::string, std::string> column_mapping;  // column_mapped: role -> JSON field
 };
 
 struct StepSchedulerRecipe {
-  int64_t global_batch_size = 8;
+  int64_t global_batch_size = 32;  // Automodel's StepSchedulerConfig default
   int64_t local_batch_size = 1;
   // Training stops at whichever comes first (NeMo Automodel's StepScheduler and its default of
   // 10 epochs): num_epochs epochs or max_steps optimizer steps.
   int64_t max_steps = 0;  // 0 = no step cap (num_epochs * batches per epoch)
   int64_t num_epochs = 10;
-  int64_t ckpt_every_steps = 0;  // 0 = only at the end
+  int64_t ckpt_every_steps = 100;  // Automodel's default; 0 = only at the end (and epoch ends)
+  bool save_checkpoint_every_epoch = true;  // also at the last step of every epoch (Automodel)
   int64_t val_every_steps = 0;   // 0 = only at the end (when a validation set is given)
   int64_t val_batches = 0;       // 0 = every full validation batch
   // A step whose loss or gradient norm is NaN / Inf: "error" stops the run before the update,
@@ -75,7 +83,7 @@ struct StepSchedulerRecipe {
 };
 
 struct OptimizerRecipe {
-  std::string name = "adamw";
+  std::string name = "adamw";  // adamw (torch.optim.AdamW) | adam (torch.optim.Adam, weight_decay 0 only)
   double lr = 1e-4;
   double beta1 = 0.9, beta2 = 0.999;
   double eps = 1e-8;
@@ -83,18 +91,26 @@ struct OptimizerRecipe {
   double max_grad_norm = 1.0;  // 0 = no clipping
 };
 
+/// Automodel's LRSchedulerConfig / OptimizerParamScheduler (Megatron-LM): without the section
+/// the lr is optimizer.lr throughout; with it, the defaults below are resolved against the
+/// schedule (resolve_lr_schedule in trainer.cpp): warmup min(1000, total / 10) steps from init_lr
+/// to optimizer.lr, then decay to min_lr at lr_decay_steps.
 struct LRSchedulerRecipe {
-  int64_t lr_warmup_steps = 0;
+  bool enabled = false;                   // the section is present
+  int64_t lr_warmup_steps = -1;           // -1 = min(1000, total_steps / 10)
   std::string lr_decay_style = "cosine";  // cosine | linear | constant
-  double min_lr = 0.0;
-  int64_t lr_decay_steps = 0;  // 0 = total steps
+  double init_lr = -1;                    // -1 = 0.1 x optimizer.lr (lr of the first step)
+  double min_lr = -1;                     // -1 = 0.01 x optimizer.lr
+  int64_t lr_decay_steps = 0;             // 0 = total steps
 };
 
 struct CheckpointRecipe {
   bool enabled = true;
   std::string checkpoint_dir = "checkpoints";
-  int64_t keep_last = 2;  // 0 = keep all
-  bool save_consolidated = false;  // merged HF safetensors at the end
+  int64_t keep_last = 0;  // 0 = keep all (Automodel's max_recent_checkpoints: None)
+  // Merged HF safetensors at the end. Unset: Automodel's "final" for a full fine-tune, off with
+  // LoRA (whose final export is the PEFT adapter).
+  bool save_consolidated = false;
   std::string adapter_dir;         // default <checkpoint_dir>/adapter
 };
 
@@ -102,7 +118,7 @@ struct LoggingRecipe {
   int64_t every_steps = 1;
   std::string metrics_file;  // default <checkpoint_dir>/metrics.jsonl
   std::string plot_file;     // default <checkpoint_dir>/loss.png
-  double peak_tflops = 0.0;  // per rank; 0 = measured SGEMM peak
+  double peak_tflops = 0.0;  // per rank, for MFU; 0 = no MFU shown; -1 ("measure") = start-up SGEMM
 };
 
 struct Recipe {
@@ -118,6 +134,9 @@ struct Recipe {
   CheckpointRecipe checkpoint;
   LoggingRecipe logging;
   uint64_t seed = 42;
+
+  /// Automodel keys accepted without effect on results (automodel_compat.h), for one warning.
+  std::vector<std::string> ignored_keys;
 
   /// Where a key came from, for messages: "configs/x.yaml" or "--set".
   std::string source_of(const std::string& key) const;

@@ -1,10 +1,14 @@
 #include "apps/train/setup.h"
 
+#include "apps/train/instruction_data.h"
+#include "apps/train/progress.h"
+
 #include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
 
+#include "apps/train/instruction_data.h"
 #include "models/data/chat_dataset.h"
 #include "models/data/text_dataset.h"
 #include "models/data/token_shards.h"
@@ -194,16 +198,12 @@ std::string dry_run_report(const Recipe& r, const Plan& p) {
   o << "mesh:   " << p.mesh.str() << "\n";
   o << "batch:  global " << r.step_scheduler.global_batch_size << " = local " << r.step_scheduler.local_batch_size
     << " x dp " << p.dp_size << " x grad accumulation " << p.grad_accum << ", seq_len " << r.dataset.seq_len << "\n";
-  char buf[256];
-  std::snprintf(buf, sizeof buf, "params: trainable %lld / total %lld (%.3f%%)\n", (long long)p.trainable_params,
-                (long long)p.total_params, 100.0 * static_cast<double>(p.trainable_params) / p.total_params);
-  o << buf;
-  std::snprintf(buf, sizeof buf,
-                "memory: ~%.1f MiB per rank (estimate: the larger of loading (whole model, its state dict when read from a file, and its shard) and training "
-                "(sharded params + 2 gathered layers + f32 grads and AdamW state of trainable params + activations "
-                "of one micro-batch))\n",
-                p.memory_estimate_bytes / (1024.0 * 1024.0));
-  o << buf;
+  o << strformat("params: trainable %lld / total %lld (%.3f%%)\n", (long long)p.trainable_params,
+                 (long long)p.total_params, 100.0 * static_cast<double>(p.trainable_params) / p.total_params);
+  o << strformat("memory: ~%.1f MiB per rank (estimate: the larger of loading (whole model, its state dict when read "
+                 "from a file, and its shard) and training (sharded params + 2 gathered layers + f32 grads and AdamW "
+                 "state of trainable params + activations of one micro-batch))\n",
+                 p.memory_estimate_bytes / (1024.0 * 1024.0));
   return o.str();
 }
 
@@ -240,7 +240,9 @@ std::vector<data::Sample> load_samples(const Recipe& r, const DatasetRecipe& d, 
       auto tok = ends_with(tok_path, ".gguf") ? tokenizer::BPETokenizer::from_gguf(gguf::GGUFFile::open(tok_path))
                  : fs::is_directory(tok_path) ? tokenizer::BPETokenizer::from_hf_file(tok_path + "/tokenizer.json")
                                               : tokenizer::BPETokenizer::from_hf_file(tok_path);
-      if (d.type == "chat_jsonl") {
+      if (d.type == "squad" || d.type == "column_mapped") {
+        out = load_instruction_dataset(d, tok, tokenizer_has_chat_template(tok_path));
+      } else if (d.type == "chat_jsonl") {
         auto tmpl = d.chat_template == "smollm2" ? tokenizer::ChatTemplate::smollm2() : tokenizer::ChatTemplate::chatml();
         for (const auto& f : d.paths) {
           auto s = data::load_chat_dataset(f, tok, tmpl, d.seq_len);

@@ -13,6 +13,7 @@
 #include "apps/train/health.h"
 #include "apps/train/outputs.h"
 #include "apps/train/progress.h"
+#include "models/llama/flops.h"
 #include "apps/train/setup.h"
 #include "dtensor/api.h"
 #include "models/data/sampler.h"
@@ -66,14 +67,22 @@ std::vector<data::Sample> gather(const std::vector<data::Sample>& all, const std
   return out;
 }
 
+/// NeMo Automodel's LRSchedulerConfig.build: no lr_scheduler section = constant optimizer.lr;
+/// otherwise warmup (default min(1000, total / 10) steps) from init_lr to optimizer.lr, then the
+/// decay style down to min_lr at lr_decay_steps (default total steps); "constant" keeps
+/// optimizer.lr after the warmup.
 std::unique_ptr<optim::LRScheduler> make_scheduler(const Recipe& r, optim::Optimizer& opt, int64_t total_steps) {
   const auto& l = r.lr_scheduler;
-  const int64_t decay = l.lr_decay_steps > 0 ? l.lr_decay_steps : total_steps;
-  const int64_t warmup = std::min(l.lr_warmup_steps, decay);
-  if (l.lr_decay_style == "constant") return std::make_unique<optim::ConstantLR>(opt, r.optimizer.lr);
+  if (!l.enabled) return std::make_unique<optim::ConstantLR>(opt, r.optimizer.lr);
+  const int64_t decay = std::max<int64_t>(1, l.lr_decay_steps > 0 ? l.lr_decay_steps : total_steps);
+  const int64_t warmup_default = std::min<int64_t>(1000, total_steps / 10);
+  const int64_t warmup = std::min(l.lr_warmup_steps >= 0 ? l.lr_warmup_steps : warmup_default, decay);
+  const double lr = r.optimizer.lr;
+  if (l.lr_decay_style == "constant")
+    return std::make_unique<optim::WarmupLinearLR>(opt, lr, lr, warmup, decay, l.init_lr);
   if (l.lr_decay_style == "linear")
-    return std::make_unique<optim::WarmupLinearLR>(opt, r.optimizer.lr, l.min_lr, warmup, decay);
-  return std::make_unique<optim::WarmupCosineLR>(opt, r.optimizer.lr, l.min_lr, warmup, decay);
+    return std::make_unique<optim::WarmupLinearLR>(opt, lr, l.min_lr, warmup, decay, l.init_lr);
+  return std::make_unique<optim::WarmupCosineLR>(opt, lr, l.min_lr, warmup, decay, l.init_lr);
 }
 
 struct Trainer {
@@ -140,11 +149,8 @@ struct Trainer {
         plist.push_back(p);
       }
     DTR_CHECK(!params.empty(), "model: no trainable parameters (peft matched nothing?)");
-    char buf[512];
-    std::snprintf(buf, sizeof buf, "model ready in %.1fs: %lld params, %lld trainable (%.3f%%); mesh %s",
-                  seconds_since(t_build), (long long)total, (long long)trainable, 100.0 * trainable / total,
-                  ctx.str().c_str());
-    note(buf);
+    note(strformat("model ready in %.1fs: %lld params, %lld trainable (%.3f%%); mesh %s", seconds_since(t_build),
+                   (long long)total, (long long)trainable, 100.0 * trainable / total, ctx.str().c_str()));
 
     optim::AdamWOptions ao;
     ao.lr = r.optimizer.lr;
@@ -222,8 +228,17 @@ struct Trainer {
 
     std::unique_ptr<MetricsWriter> metrics;
     if (rank == 0) metrics = std::make_unique<MetricsWriter>(r.logging.metrics_file, step);
-    const double peak_flops = r.logging.peak_tflops > 0 ? r.logging.peak_tflops * 1e12 : measure_sgemm_peak_flops();
-    const double seq = static_cast<double>(r.dataset.seq_len);
+    // MFU needs a peak: logging.peak_tflops per rank, or a start-up SGEMM only when asked
+    // (peak_tflops: measure; a measurement on a loaded machine is not a peak). None: no MFU.
+    const double peak_flops = r.logging.peak_tflops > 0    ? r.logging.peak_tflops * 1e12
+                              : r.logging.peak_tflops < 0  ? measure_sgemm_peak_flops()
+                                                           : 0.0;
+    if (peak_flops == 0) note("MFU not shown: set logging.peak_tflops (per rank), or logging.peak_tflops: measure");
+    // Every sample of a dataset has one length (padded), so a step holds global_batch x seq
+    // input positions, padding included.
+    const double seq = static_cast<double>(train_set.front().input_ids.size());
+    const double step_flops = llama_train_flops_per_token(plan.config, r.peft.enabled, static_cast<double>(trainable), seq) *
+                              static_cast<double>(st.global_batch_size) * seq;
     const double max_norm = r.optimizer.max_grad_norm > 0 ? r.optimizer.max_grad_norm
                                                            : std::numeric_limits<double>::infinity();
 
@@ -246,12 +261,13 @@ struct Trainer {
       const double val = validate(*model);
       if (rank == 0 && val >= 0) {
         metrics->write({{"step", 0}, {"val_loss", val}});
-        std::snprintf(buf, sizeof buf, "step 0: validation loss %.4f", val);
-        progress.note(buf);
+        progress.note(strformat("step 0: validation loss %.4f", val));
       }
     }
     TrainingHealth health(st.on_nonfinite);
-    double time_sum = 0, last_loss = NAN, last_val = NAN;
+    double last_loss = NAN, last_val = NAN;
+    int64_t last_val_step = -1;
+    const auto t_loop = Clock::now();  // ETA: wall time per step so far, validation and checkpoints included
     int64_t last_saved = step;
     model->train();
     while (step < total_steps) {
@@ -282,33 +298,46 @@ struct Trainer {
       const double loss = dp_sum(ctx, loss_sum) / n_global;
       // The same loss and global norm on every rank: the same decision everywhere.
       const bool update = health.admit(step + 1, loss, grad_norm);
+      const double step_lr = optimizer.lr();  // the lr this step used (the scheduler moves on below)
       if (update) optimizer.step();
       optimizer.zero_grad();
       sched->step();
       ++step;
       if (update) last_loss = loss;
       const double dt = seconds_since(t0);
-      time_sum += dt;
 
+      // Automodel's StepScheduler: a checkpoint every ckpt_every_steps and at the last step of
+      // each epoch (save_checkpoint_every_epoch); validation at val_every_steps and at every
+      // checkpoint step.
+      const bool epoch_end = step % sampler.batches_per_epoch() == 0;
+      const bool ckpt_step = r.checkpoint.enabled && ((st.ckpt_every_steps > 0 && step % st.ckpt_every_steps == 0) ||
+                                                      (st.save_checkpoint_every_epoch && epoch_end && step < total_steps));
       double val = -1;
-      if (has_val && st.val_every_steps > 0 && step % st.val_every_steps == 0) val = validate(*model);
+      if (has_val && ((st.val_every_steps > 0 && step % st.val_every_steps == 0) || ckpt_step)) val = validate(*model);
       const int64_t peak = all_ranks_max(memory_stats().peak);
       if (rank == 0) {
         StepMetrics m;
         m.step = step;
         m.total_steps = total_steps;
         m.loss = loss;
-        m.lr = optimizer.lr();
+        m.lr = step_lr;
         m.grad_norm = grad_norm;
         m.step_time_s = dt;
         m.tokens_per_s = st.global_batch_size * seq / dt;
-        m.mfu = mfu_estimate(static_cast<double>(total), m.tokens_per_s, peak_flops, world);
+        m.label_tokens_per_s = static_cast<double>(n_global) / dt;
+        m.mfu = peak_flops > 0 ? step_flops / dt / (peak_flops * world) : -1;
         m.peak_mem_gib = static_cast<double>(peak) / (1024.0 * 1024.0 * 1024.0);
-        m.eta_s = time_sum / static_cast<double>(step - first) * static_cast<double>(total_steps - step);
+        m.eta_s = seconds_since(t_loop) / static_cast<double>(step - first) * static_cast<double>(total_steps - step);
         m.label_tokens = n_global;
-        nlohmann::json j = {{"step", step},         {"lr", m.lr},          {"tokens_per_s", m.tokens_per_s},
-                            {"mfu", m.mfu},           {"peak_mem_bytes", peak}, {"step_time_s", dt},
-                            {"label_tokens", n_global}, {"epoch", ss.epoch}};
+        nlohmann::json j = {{"step", step},
+                            {"lr", m.lr},
+                            {"tokens_per_s", m.tokens_per_s},
+                            {"label_tokens_per_s", m.label_tokens_per_s},
+                            {"peak_mem_bytes", peak},
+                            {"step_time_s", dt},
+                            {"label_tokens", n_global},
+                            {"epoch", ss.epoch}};
+        if (m.mfu >= 0) j["mfu"] = m.mfu;
         if (std::isfinite(loss)) j["loss"] = loss;  // JSON has no NaN; a skipped step says so instead
         if (std::isfinite(grad_norm)) j["grad_norm"] = grad_norm;
         if (!update) {
@@ -322,12 +351,14 @@ struct Trainer {
         metrics->write(j);
         if (step % r.logging.every_steps == 0 || step == total_steps) progress.step(m);
         if (val >= 0) {
-          std::snprintf(buf, sizeof buf, "step %lld: validation loss %.4f", (long long)step, val);
-          progress.note(buf);
+          progress.note(strformat("step %lld: validation loss %.4f", (long long)step, val));
         }
       }
-      if (val >= 0) last_val = val;
-      if (r.checkpoint.enabled && st.ckpt_every_steps > 0 && step % st.ckpt_every_steps == 0) {
+      if (val >= 0) {
+        last_val = val;
+        last_val_step = step;
+      }
+      if (ckpt_step) {
         save(step);
         last_saved = step;
       }
@@ -339,13 +370,12 @@ struct Trainer {
     }
     if (rank == 0) progress.finish();
 
-    if (has_val && (st.val_every_steps == 0 || step % st.val_every_steps != 0) && step > first) {
+    if (has_val && last_val_step != step && step > first) {
       const double val = validate(*model);
       last_val = val;
       if (rank == 0 && val >= 0) {
         metrics->write({{"step", step}, {"val_loss", val}});
-        std::snprintf(buf, sizeof buf, "step %lld: validation loss %.4f", (long long)step, val);
-        progress.note(buf);
+        progress.note(strformat("step %lld: validation loss %.4f", (long long)step, val));
       }
     }
     if (r.checkpoint.enabled && last_saved != step) save(step);
@@ -353,12 +383,11 @@ struct Trainer {
     for (const auto& line : export_final(*model, r)) note(line);
     if (rank == 0) {
       if (plot_loss_png(r.logging.metrics_file, r.logging.plot_file)) note("loss curve: " + r.logging.plot_file);
-      char loss_txt[64] = "no training step in this run";
-      if (!std::isnan(last_loss)) std::snprintf(loss_txt, sizeof loss_txt, "train loss %.4f", last_loss);
-      std::snprintf(buf, sizeof buf, "done: %lld steps, %s%s, metrics %s", (long long)step, loss_txt,
-                    std::isnan(last_val) ? "" : (", validation loss " + std::to_string(last_val)).c_str(),
-                    r.logging.metrics_file.c_str());
-      note(buf);
+      const std::string loss_txt =
+          std::isnan(last_loss) ? "no training step in this run" : strformat("train loss %.4f", last_loss);
+      note(strformat("done: %lld steps, %s%s, metrics %s", (long long)step, loss_txt.c_str(),
+                     std::isnan(last_val) ? "" : strformat(", validation loss %.4f", last_val).c_str(),
+                     r.logging.metrics_file.c_str()));
     }
     wg.barrier()->wait();
     return 0;

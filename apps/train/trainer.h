@@ -30,9 +30,9 @@ struct TrainOptions {
   /// Remove the outputs of an earlier run that a run from step 0 would overwrite (else such a
   /// run refuses to start; see outputs.h).
   bool overwrite = false;
-  /// Progress display: "auto" (\r line when stdout is a terminal; note that under mpirun the
-  /// ranks' stdout is a pty, so auto gives the \r line there), "bar" or "lines".
-  std::string progress = "auto";
+  /// Progress display: "auto" (\r line when stdout is a terminal and no launcher started the
+  /// process; plain lines under mpirun / srun), "bar" or "lines"; "" = DTR_PROGRESS, else auto.
+  std::string progress;
 };
 
 /// Runs dtr-train on this rank (dtr::init must have run). Returns the process exit code.

@@ -241,7 +241,7 @@ json to_hf_json(const BPETokenizer& tok) {
 json to_hf_tokenizer_config(const BPETokenizer& tok, const std::string& chat_template, int64_t model_max_length) {
   const BPEVocab& v = tok.vocab();
   auto text = [&](int32_t id) { return id >= 0 ? json(v.tokens[static_cast<size_t>(id)]) : json(nullptr); };
-  json c = {{"tokenizer_class", "GPT2Tokenizer"}, {"bos_token", text(v.bos_id)}, {"eos_token", text(v.eos_id)},
+  json c = {{"tokenizer_class", "PreTrainedTokenizerFast"}, {"bos_token", text(v.bos_id)}, {"eos_token", text(v.eos_id)},
             {"pad_token", text(v.pad_id)}, {"unk_token", text(v.unk_id)}, {"add_bos_token", v.add_bos},
             {"add_prefix_space", false}, {"clean_up_tokenization_spaces", false},
             {"model_max_length", model_max_length}};

@@ -119,7 +119,9 @@ namespace dtr::tokenizer {
 nlohmann::json to_hf_json(const BPETokenizer& tok);
 
 /// A tokenizer_config.json object: bos/eos/pad/unk token texts, add_bos_token,
-/// chat_template (if not empty), model_max_length, tokenizer_class GPT2Tokenizer.
+/// chat_template (if not empty), model_max_length, tokenizer_class PreTrainedTokenizerFast (the
+/// class that runs tokenizer.json as written; GPT2Tokenizer would re-implement GPT-2's
+/// pre-tokenizer and ignore the digit / Unicode splits tokenizer.json holds).
 nlohmann::json to_hf_tokenizer_config(const BPETokenizer& tok, const std::string& chat_template,
                                       int64_t model_max_length);
 

@@ -44,32 +44,36 @@ class ConstantLR : public LRScheduler {
   double max_lr_;
 };
 
-/// Linear warmup, then cosine decay to min_lr (NeMo / Megatron "cosine"):
-///   step <  warmup:       max_lr * step / warmup
+/// Linear warmup from init_lr, then cosine decay to min_lr (NeMo / Megatron "cosine"):
+///   step <  warmup:       init_lr + (max_lr - init_lr) * step / warmup
+///                         (Automodel's default init_lr = 0.1 max_lr: the first step is not at 0)
 ///   step <= decay_steps:  min_lr + 0.5 * (max_lr - min_lr) * (1 + cos(pi * (step - warmup) / (decay_steps - warmup)))
 ///   step >  decay_steps:  min_lr
-/// Errors: warmup < 0, decay_steps < warmup, min_lr > max_lr, negative rates.
+/// Errors: warmup < 0, decay_steps < warmup, min_lr > max_lr, init_lr > max_lr, negative rates.
 class WarmupCosineLR : public LRScheduler {
  public:
-  WarmupCosineLR(Optimizer& opt, double max_lr, double min_lr, int64_t warmup_steps, int64_t decay_steps);
+  WarmupCosineLR(Optimizer& opt, double max_lr, double min_lr, int64_t warmup_steps, int64_t decay_steps,
+                 double init_lr = 0.0);
   std::string type_name() const override { return "WarmupCosineLR"; }
   double lr_at(int64_t step) const override;
 
  private:
-  double max_lr_, min_lr_;
+  double max_lr_, min_lr_, init_lr_;
   int64_t warmup_, decay_;
 };
 
-/// Linear warmup, then linear decay from max_lr to min_lr at decay_steps (NeMo / Megatron
-/// "linear"); min_lr after. Same errors as WarmupCosineLR.
+/// Linear warmup from init_lr, then linear decay from max_lr to min_lr at decay_steps (NeMo /
+/// Megatron "linear"); min_lr after. min_lr = max_lr gives Megatron's "constant" after warmup.
+/// Same errors as WarmupCosineLR.
 class WarmupLinearLR : public LRScheduler {
  public:
-  WarmupLinearLR(Optimizer& opt, double max_lr, double min_lr, int64_t warmup_steps, int64_t decay_steps);
+  WarmupLinearLR(Optimizer& opt, double max_lr, double min_lr, int64_t warmup_steps, int64_t decay_steps,
+                 double init_lr = 0.0);
   std::string type_name() const override { return "WarmupLinearLR"; }
   double lr_at(int64_t step) const override;
 
  private:
-  double max_lr_, min_lr_;
+  double max_lr_, min_lr_, init_lr_;
   int64_t warmup_, decay_;
 };
 

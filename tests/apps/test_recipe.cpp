@@ -94,7 +94,7 @@ TEST_CASE("recipe: parse errors name the key, the value and the source") {
   e = err({"step_scheduler.global_batch_size=9"});
   CHECK(contains(e, "step_scheduler.global_batch_size=9 is not a multiple of step_scheduler.local_batch_size=2"));
   e = err({"dataset.type=parquet"});
-  CHECK(contains(e, "dataset.type must be chat_jsonl, text or token_shards"));
+  CHECK(contains(e, "dataset.type must be chat_jsonl, text, token_shards, squad or column_mapped"));
   CHECK(contains(error_of([] { load_recipe("configs/ci/none.yaml", {}); }), "cannot read recipe file"));
   // Every message is one line.
   for (const auto& s : {err({"optimizer.lrr=1"}), err({"step_scheduler.max_steps=[1, 2]"})})

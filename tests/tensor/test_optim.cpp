@@ -230,6 +230,19 @@ TEST_CASE("LR schedules at key steps", "[optim][lr]") {
     s.set_step(60);
     CHECK(opt.lr() == Approx(5.5e-4));
   }
+  SECTION("warmup from init_lr (NeMo Automodel's OptimizerParamScheduler: no step at lr 0)") {
+    // Automodel defaults: init_lr = 0.1 max_lr, min_lr = 0.01 max_lr; lr = init + (max - init) * n / warmup.
+    WarmupCosineLR s(opt, 1e-3, 1e-5, 10, 100, 1e-4);
+    CHECK(opt.lr() == Approx(1e-4));  // the first optimizer step runs at init_lr
+    CHECK(s.lr_at(5) == Approx(1e-4 + 0.5 * 9e-4));
+    CHECK(s.lr_at(10) == Approx(1e-3));
+    CHECK(s.lr_at(100) == Approx(1e-5));
+    WarmupLinearLR c(opt, 2e-3, 2e-3, 4, 50, 2e-4);  // Megatron "constant" after warmup
+    CHECK(c.lr_at(0) == Approx(2e-4));
+    CHECK(c.lr_at(2) == Approx(1.1e-3));
+    CHECK(c.lr_at(30) == Approx(2e-3));
+    CHECK_THROWS_WITH(WarmupCosineLR(opt, 1e-3, 1e-4, 2, 10, 2e-3), Catch::Contains("init_lr"));
+  }
   SECTION("warmup + linear decay") {
     WarmupLinearLR s(opt, 1.0, 0.0, 0, 100);
     CHECK(opt.lr() == 1.0);
