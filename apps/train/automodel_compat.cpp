@@ -39,6 +39,13 @@ bool is_false(const YAML::Node& n) {
   }
 }
 
+/// root[section][key], or an undefined node when the section is not a map (the parser reports it).
+YAML::Node sub(const YAML::Node& root, const char* section, const char* key) {
+  const YAML::Node& sec = root[section];
+  if (!sec.IsDefined() || !sec.IsMap()) return YAML::Node(YAML::NodeType::Undefined);
+  return sec[key];
+}
+
 double as_number(const YAML::Node& n, double fallback) {
   try {
     return n.as<double>();
@@ -236,7 +243,8 @@ YAML::Node translate_automodel(const YAML::Node& in, const std::string& file, st
     }
   }
   if (croot["seed"].IsDefined()) {  // train_ft.py reads cfg.seed
-    if (!croot["rng"].IsDefined() || !croot["rng"]["seed"].IsDefined()) root["rng"]["seed"] = croot["seed"];
+    if (!croot["rng"].IsDefined()) root["rng"]["seed"] = croot["seed"];
+    else if (croot["rng"].IsMap() && !croot["rng"]["seed"].IsDefined()) root["rng"]["seed"] = croot["seed"];
     root.remove("seed");
   }
   {
@@ -327,7 +335,11 @@ YAML::Node translate_automodel(const YAML::Node& in, const std::string& file, st
     Sec s = sec("clip_grad_norm");
     if (s.present()) {
       // train_ft.py: a missing or null max_norm means 1.0 (dtr's default).
-      if (s.has("max_norm") && !is_none(s.get("max_norm"))) root["optimizer"]["max_grad_norm"] = s.get("max_norm");
+      if (s.has("max_norm") && !is_none(s.get("max_norm"))) {
+        DTR_CHECK(!croot["optimizer"].IsDefined() || croot["optimizer"].IsMap(), "optimizer: expected a map of settings (",
+                  file, ")");
+        root["optimizer"]["max_grad_norm"] = s.get("max_norm");
+      }
       s.drop("max_norm");
       for (const auto& kv : s.node()) s.fail(kv.first.as<std::string>(), kNotBuilt);
     }
@@ -351,14 +363,14 @@ YAML::Node translate_automodel(const YAML::Node& in, const std::string& file, st
     Sec s = sec("lr_scheduler");
     if (s.present()) {
       s.ignore({"use_checkpoint_opt_param_scheduler", "override_opt_param_scheduler"});
-      const double wd = as_number(croot["optimizer"]["weight_decay"], 0.0);
+      const double wd = as_number(sub(croot, "optimizer", "weight_decay"), 0.0);
       auto same_wd = [wd](const YAML::Node& v) { return is_none(v) || as_number(v, -1) == wd; };
       s.reject_unless("start_wd", same_wd, "a weight-decay schedule is not built in dtr (use optimizer.weight_decay)");
       s.reject_unless("end_wd", same_wd, "a weight-decay schedule is not built in dtr (use optimizer.weight_decay)");
       s.reject_unless("wd_incr_style", [](const YAML::Node& v) { return v.as<std::string>() == "constant"; },
                       "a weight-decay schedule is not built in dtr");
       s.ignore({"wd_incr_steps"});
-      const double lr = as_number(croot["optimizer"]["lr"], -1);
+      const double lr = as_number(sub(croot, "optimizer", "lr"), -1);
       s.reject_unless("max_lr", [lr](const YAML::Node& v) { return is_none(v) || as_number(v, -2) == lr; },
                       "dtr's peak lr is optimizer.lr (give the same value or leave max_lr out)");
       s.reject_unless("wsd_decay_steps", is_none, "WSD is not built in dtr");
