@@ -5,6 +5,7 @@
 #include <cmath>
 #include <fstream>
 #include <functional>
+#include <limits>
 #include <map>
 #include <optional>
 #include <sstream>
@@ -396,6 +397,13 @@ Recipe parse_recipe(const YAML::Node& automodel_root, const std::string& file,
     r.seed = static_cast<uint64_t>(seed);
   }
   return r;
+}
+
+int64_t StepSchedulerRecipe::total_steps(int64_t batches_per_epoch) const {
+  int64_t epoch_steps = 0;
+  if (__builtin_mul_overflow(num_epochs, batches_per_epoch, &epoch_steps))
+    epoch_steps = std::numeric_limits<int64_t>::max();
+  return max_steps > 0 ? std::min(max_steps, epoch_steps) : epoch_steps;
 }
 
 Recipe load_recipe(const std::string& file, const std::vector<std::string>& overrides) {

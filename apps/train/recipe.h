@@ -80,6 +80,12 @@ struct StepSchedulerRecipe {
   // A step whose loss or gradient norm is NaN / Inf: "error" stops the run before the update,
   // "skip" drops the update and goes on (see apps/train/health.h).
   std::string on_nonfinite = "error";
+
+  /// Optimizer steps of the run for an epoch of `batches_per_epoch` steps: min(max_steps,
+  /// num_epochs x batches_per_epoch), max_steps 0 meaning no cap. The epoch product saturates at
+  /// INT64_MAX instead of wrapping (num_epochs 2^62 with 4 batches wrapped to 0 steps: a run
+  /// that trained nothing and exited 0), so a huge num_epochs means "until max_steps".
+  int64_t total_steps(int64_t batches_per_epoch) const;
 };
 
 struct OptimizerRecipe {

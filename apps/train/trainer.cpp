@@ -166,8 +166,7 @@ struct Trainer {
                                      r.dataset.shuffle);
     // NeMo Automodel's StepScheduler: training stops at whichever comes first, num_epochs
     // epochs or max_steps optimizer steps (0 = no step cap).
-    const int64_t epoch_steps = st.num_epochs * sampler.batches_per_epoch();
-    const int64_t total_steps = st.max_steps > 0 ? std::min(st.max_steps, epoch_steps) : epoch_steps;
+    const int64_t total_steps = st.total_steps(sampler.batches_per_epoch());
     note("schedule: " + std::to_string(total_steps) + " steps (" + std::to_string(sampler.batches_per_epoch()) +
          " per epoch; num_epochs " + std::to_string(st.num_epochs) +
          (st.max_steps > 0 ? ", max_steps " + std::to_string(st.max_steps) : std::string()) + ")");

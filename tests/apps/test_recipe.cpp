@@ -2,6 +2,7 @@
 // make_plan only validates against a given world size).
 #include <catch2/catch.hpp>
 
+#include <limits>
 #include <string>
 
 #include "apps/train/recipe.h"
@@ -139,4 +140,23 @@ TEST_CASE("recipe: plan derives accumulation and parameter counts") {
   Plan p2 = make_plan(load_recipe(kSingle, {"distributed.dp_size=2"}), 2);
   CHECK(p2.grad_accum == 2);
   CHECK(p2.memory_estimate_bytes > 0);
+}
+
+TEST_CASE("recipe: total_steps is min(max_steps, num_epochs x batches per epoch), never wrapped") {
+  StepSchedulerRecipe st;
+  st.num_epochs = 2;
+  CHECK(st.total_steps(6) == 12);  // no step cap
+  st.max_steps = 9;
+  CHECK(st.total_steps(6) == 9);  // the cap comes first
+  st.max_steps = 100;
+  CHECK(st.total_steps(6) == 12);  // the epochs come first
+  // A huge num_epochs means "until max_steps": 2^62 x 4 wrapped to 0 steps (a run that trained
+  // nothing and exited 0), INT64_MAX x 6 to a negative count.
+  st.num_epochs = int64_t{1} << 62;
+  st.max_steps = 10;
+  CHECK(st.total_steps(4) == 10);
+  st.num_epochs = std::numeric_limits<int64_t>::max();
+  CHECK(st.total_steps(6) == 10);
+  st.max_steps = 0;
+  CHECK(st.total_steps(6) == std::numeric_limits<int64_t>::max());
 }
