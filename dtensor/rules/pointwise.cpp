@@ -3,7 +3,8 @@
 // The output follows one input's sharding (each input is tried; the cheapest wins); other
 // inputs are mapped through broadcasting. Partial survives only ops linear in it: to_dtype,
 // clone, neg, mul/div by a scalar, add/sub of operands that are all Partial, mul by a
-// replicated factor, div of a Partial numerator, maximum with Partial(max). Adding a replicated
+// replicated factor, div of a Partial numerator, maximum with Partial(max); not integer division
+// (it truncates each rank's term) nor a cast to an integer / bool dtype (it rounds each term). Adding a replicated
 // operand to a Partial one scales the replicated operand by 1/n locally (R -> P), no reduction.
 // A scalar added to a Partial tensor forces a reduction first, so it is added once.
 // StridedShard inputs (FSDP + TP parameters) are followed like shards: no communication.
@@ -15,9 +16,20 @@ namespace {
 
 enum class Linearity { None, Unary, Additive, Multiplicative, Divide, Max };
 
+/// False when op `s` on a Partial(sum) input `x` is not the op of the pending sum even though it
+/// is linear over the reals: integer division truncates each rank's term (1/2 + 1/2 is 0, 2/2 is
+/// 1) and a cast to an integer or bool dtype rounds each term; such inputs are reduced first.
+bool exact_on_partial(const OpSchema& s, const DTensorSpec& x) {
+  const std::string& op = s.call.op->name;
+  if (op == "to_dtype") return is_floating(s.call.dtype(0));
+  if (op == "div" || op == "div_scalar") return is_floating(x.dtype);
+  return true;
+}
+
 /// Strategy where the output follows input `k`.
 Strategy follow(const OpSchema& s, size_t k, const Shape& out, Linearity lin) {
   const DTensorSpec& fk = s.spec(k);
+  const bool exact = exact_on_partial(s, fk);
   const int nd = s.mesh.ndim();
   Placements out_pl(nd, Replicate());
   const int64_t lead = static_cast<int64_t>(out.size()) - static_cast<int64_t>(fk.shape.size());
@@ -30,7 +42,7 @@ Strategy follow(const OpSchema& s, size_t k, const Shape& out, Linearity lin) {
       const bool sum_like = p.reduce == ReduceOp::SUM || p.reduce == ReduceOp::AVG;
       bool keep = false;
       switch (lin) {
-        case Linearity::Unary: keep = sum_like; break;
+        case Linearity::Unary: keep = sum_like && exact; break;
         case Linearity::Additive: {
           // Every operand Partial alike, or Replicate (turned into Partial by the local
           // R -> P scale, so e.g. a bias is added once overall: PyTorch's rule).
@@ -40,7 +52,7 @@ Strategy follow(const OpSchema& s, size_t k, const Shape& out, Linearity lin) {
           break;
         }
         case Linearity::Multiplicative: keep = p.reduce == ReduceOp::SUM; break;
-        case Linearity::Divide: keep = p.reduce == ReduceOp::SUM && k == 0; break;
+        case Linearity::Divide: keep = p.reduce == ReduceOp::SUM && k == 0 && exact; break;
         case Linearity::Max: keep = p.reduce == ReduceOp::MAX; break;
         case Linearity::None: keep = false; break;
       }

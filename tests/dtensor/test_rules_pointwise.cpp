@@ -89,6 +89,25 @@ TEST_CASE("an integer Partial plus an integer tensor is exact", "[rules][pointwi
   }
 }
 
+TEST_CASE("integer division and casts to integers of a Partial are exact (reduced first)",
+          "[rules][pointwise][partial]") {
+  // Each rank holds one element (a pending sum of terms 1 / 0.5): dividing or truncating every
+  // term gave 0 on >= 2 ranks, the single process divides / truncates the sum.
+  const int64_t w = world_size();
+  for (const DeviceMesh& mesh : test_meshes()) {
+    INFO(mesh.str());
+    const Placements shard(mesh.ndim(), Shard(0));
+    Tensor s = sum(distribute_tensor(from_vector<int64_t>(std::vector<int64_t>(w, 1), {w}), mesh, shard));
+    CHECK(full_tensor(div(s, from_vector<int64_t>({2}, {}))).item<int64_t>() == w / 2);
+    Tensor h = sum(distribute_tensor(full({w}, 0.5), mesh, shard));  // f32 pending sum w / 2
+    CHECK(full_tensor(to_dtype(h, DType::i64)).item<int64_t>() == w / 2);
+    // Floating division and casts stay linear: no reduction, the Partial survives.
+    CHECK(placements(div(h, 2.0)) == placements(h));
+    CHECK(placements(to_dtype(h, DType::f64)) == placements(h));
+    CHECK(std::abs(full_tensor(div(h, 2.0)).item<double>() - 0.25 * static_cast<double>(w)) < 1e-12);
+  }
+}
+
 TEST_CASE("ops differing only in a scalar do not share a cache entry", "[rules][cache]") {
   DeviceMesh mesh = DeviceMesh::world("w");
   Tensor full = rnd({6, 2});
