@@ -200,6 +200,10 @@ void translate_dataloader(YAML::Node& root, const std::string& name, const std::
     const std::string ct = c.IsScalar() ? c.Scalar() : (c.IsMap() && c["_target_"] ? c["_target_"].as<std::string>() : "");
     if (!ends_with(ct, "default_collater"))
       s.fail("collate_fn", std::string(kNotBuilt) + " (dtr pads with the default collater's rule: labels -100)");
+    if (c.IsMap() && c["pad_seq_len_divisible"]) {  // default_collater's rounding of each batch's length
+      Sec d(root, dataset, file, ignored);
+      if (d.present() && !d.has("pad_seq_len_divisible")) d.set("pad_seq_len_divisible", c["pad_seq_len_divisible"]);
+    }
     s.drop("collate_fn");
   }
   if (s.has("shuffle")) {

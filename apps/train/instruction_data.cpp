@@ -135,10 +135,9 @@ std::vector<data::Sample> load_instruction_dataset(const DatasetRecipe& d, const
   if (seq_len == 0)
     for (const auto& t : ids) seq_len = std::max<int64_t>(seq_len, static_cast<int64_t>(t.size()) - 1);
   seq_len = std::max<int64_t>(seq_len, 2);
-  const int32_t pad = tok.pad_id() >= 0 ? tok.pad_id() : tok.eos_id();
   std::vector<data::Sample> out;
   for (size_t i = 0; i < ids.size(); ++i) {
-    data::Sample s = data::make_chat_sample(ids[i], masks[i], seq_len, pad);
+    data::Sample s = data::make_chat_sample(ids[i], masks[i], seq_len);
     if (std::any_of(s.labels.begin(), s.labels.end(), [](int32_t l) { return l != data::kIgnoreIndex; }))
       out.push_back(std::move(s));
   }

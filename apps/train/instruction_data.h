@@ -33,9 +33,10 @@ struct InstructionRecord {
 /// and record): JSON syntax, a missing or non-string field, squad answers.text empty.
 std::vector<InstructionRecord> read_instruction_records(const DatasetRecipe& d, const std::string& path);
 
-/// Samples of `d` (every path): chat-rendered (squad with `chat`) or prompt-completion, padded to
-/// d.seq_len, or to the longest sample when d.seq_len is 0 (no truncation: Automodel pads each
-/// batch to its longest sample). Records with no loss token left are dropped.
+/// Samples of `d` (every path): chat-rendered (squad with `chat`) or prompt-completion, truncated
+/// to d.seq_len (0: not truncated) and unpadded (the trainer's collate pads each micro-batch to
+/// its longest sample, as Automodel's default collater). Records with no loss token left are
+/// dropped.
 std::vector<data::Sample> load_instruction_dataset(const DatasetRecipe& d, const tokenizer::BPETokenizer& tok,
                                                    bool chat);
 

@@ -125,7 +125,8 @@ void parse_dataset(Recipe& r, const YAML::Node& n, const std::string& name, Data
   s.str_list("paths", more);
   d.paths.insert(d.paths.end(), more.begin(), more.end());
   s.i64("seq_len", d.seq_len);
-  s.i64("packed_sequence_size", d.seq_len);
+  s.i64("packed_sequence_size", d.packed_sequence_size);
+  s.i64("pad_seq_len_divisible", d.pad_seq_len_divisible);
   s.str("doc_separator", d.doc_separator);
   s.i64("limit_samples", d.limit_samples);
   s.boolean("shuffle", d.shuffle);
@@ -149,6 +150,15 @@ void parse_dataset(Recipe& r, const YAML::Node& n, const std::string& name, Data
   for (const auto& [role, field] : d.column_mapping)
     s.require(role == "context" || role == "question" || role == "answer", "column_mapping",
               "has role '" + role + "'; expected context, question, answer");
+  s.require(d.packed_sequence_size >= 0, "packed_sequence_size",
+            "must be >= 0 (0 = no packing), got " + std::to_string(d.packed_sequence_size));
+  s.require(d.packed_sequence_size == 0 || d.type == "chat_jsonl", "packed_sequence_size",
+            "packs chat_jsonl samples; " + d.type + " windows are already full rows of seq_len tokens");
+  s.require(d.packed_sequence_size == 0 || d.packed_sequence_size >= d.seq_len, "packed_sequence_size",
+            "=" + std::to_string(d.packed_sequence_size) + " is below seq_len=" + std::to_string(d.seq_len) +
+                ": a pack holds whole samples of up to seq_len tokens");
+  s.require(d.pad_seq_len_divisible >= 1, "pad_seq_len_divisible",
+            "must be >= 1, got " + std::to_string(d.pad_seq_len_divisible));
   s.require(d.chat_template == "chatml" || d.chat_template == "smollm2", "chat_template",
             "must be chatml or smollm2, got '" + d.chat_template + "'");
   s.require(d.limit_samples >= 0, "limit_samples", "must be >= 0, got " + std::to_string(d.limit_samples));
@@ -456,6 +466,8 @@ std::string dump_recipe(const Recipe& r) {
     e << YAML::Key << "type" << YAML::Value << d.type;
     e << YAML::Key << "paths" << YAML::Value << YAML::Flow << d.paths;
     e << YAML::Key << "seq_len" << YAML::Value << d.seq_len;
+    e << YAML::Key << "packed_sequence_size" << YAML::Value << d.packed_sequence_size;
+    e << YAML::Key << "pad_seq_len_divisible" << YAML::Value << d.pad_seq_len_divisible;
     e << YAML::Key << "limit_samples" << YAML::Value << d.limit_samples;
     e << YAML::Key << "shuffle" << YAML::Value << d.shuffle;
     if (!d.tokenizer.empty()) e << YAML::Key << "tokenizer" << YAML::Value << d.tokenizer;

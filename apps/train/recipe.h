@@ -8,10 +8,11 @@
 //                       use_rslora            (the section's presence turns LoRA on)
 //   distributed:        passed to MeshContext::from_yaml (parallel/mesh_context.h)
 //   dataset:            type (chat_jsonl | text | token_shards | squad | column_mapped), path |
-//                       paths, seq_len (alias packed_sequence_size; 0 = the longest sample, squad /
-//                       column_mapped only), doc_separator, limit_samples, shuffle, tokenizer
-//                       (path or "bytes"), chat_template (chatml | smollm2), column_mapping
-//                       (column_mapped: context / question / answer -> JSON field)
+//                       paths, seq_len (0 = the longest sample, squad / column_mapped only),
+//                       packed_sequence_size, pad_seq_len_divisible, doc_separator,
+//                       limit_samples, shuffle, tokenizer (path or "bytes"), chat_template
+//                       (chatml | smollm2), column_mapping (column_mapped: context / question /
+//                       answer -> JSON field)
 //   validation_dataset: same keys; optional
 //   step_scheduler:     global_batch_size, local_batch_size, max_steps, num_epochs,
 //                       ckpt_every_steps, val_every_steps, val_batches, on_nonfinite
@@ -57,7 +58,13 @@ struct DatasetRecipe {
   bool enabled = false;
   std::string type = "chat_jsonl";  // chat_jsonl | text | token_shards
   std::vector<std::string> paths;
-  int64_t seq_len = 256;
+  int64_t seq_len = 256;  // chat samples are truncated to it; text / token_shards windows
+  // NeMo Automodel's packed_sequence_size: > 0 packs chat samples into rows of this many tokens
+  // (models/data/packing.h); 0 = one sample per row.
+  int64_t packed_sequence_size = 0;
+  // Unpacked rows: each micro-batch is padded to its longest sample rounded up to a multiple of
+  // this (Automodel's collate pad_seq_len_divisible); seq_len pads every batch to seq_len.
+  int64_t pad_seq_len_divisible = 8;
   std::string doc_separator;
   int64_t limit_samples = 0;  // 0 = all
   bool shuffle = true;

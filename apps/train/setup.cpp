@@ -10,6 +10,7 @@
 
 #include "apps/train/instruction_data.h"
 #include "models/data/chat_dataset.h"
+#include "models/data/packing.h"
 #include "models/data/text_dataset.h"
 #include "models/data/token_shards.h"
 #include "models/formats/gguf.h"
@@ -146,6 +147,9 @@ Plan make_plan(const Recipe& r, int world) {
   const int64_t max_pos = c.max_position_embeddings;
   DTR_CHECK(r.dataset.seq_len <= max_pos, "dataset.seq_len=", r.dataset.seq_len,
             " exceeds the model's max_position_embeddings=", max_pos, " (", p.model_source, ")");
+  DTR_CHECK(r.dataset.packed_sequence_size == 0, "dataset.packed_sequence_size=", r.dataset.packed_sequence_size,
+            ": packed rows need a document mask in attention, which dtr-train does not build yet (use 0: each "
+            "micro-batch is padded to its longest sample)");
   if (r.peft.enabled && r.peft.dim > c.hidden_size)
     DTR_ERROR("peft.dim=", r.peft.dim, " exceeds hidden_size=", c.hidden_size, " (", p.model_source, ")");
   const int64_t lora = lora_param_count(c, r.peft);
@@ -207,7 +211,9 @@ std::string dry_run_report(const Recipe& r, const Plan& p) {
   return o.str();
 }
 
-std::vector<data::Sample> load_samples(const Recipe& r, const DatasetRecipe& d, const std::string& name) {
+std::vector<data::Sample> load_samples(const Recipe& r, const DatasetRecipe& d, const std::string& name,
+                                       int32_t* pad_id) {
+  int32_t pad = 0;
   for (const auto& f : d.paths) {
     DTR_CHECK(fs::exists(f), name, ".path: no such file '", f, "' (", r.source_of(name + ".path"),
               "); scripts/fetch-data.sh builds the default data");
@@ -231,7 +237,7 @@ std::vector<data::Sample> load_samples(const Recipe& r, const DatasetRecipe& d, 
       }
       DTR_CHECK(static_cast<int64_t>(stream.size()) > d.seq_len, name, ": ", stream.size(),
                 " bytes are fewer than seq_len + 1 = ", d.seq_len + 1);
-      data::PackedDataset ds(std::move(stream), d.seq_len);
+      data::PackedDataset ds(std::move(stream), d.seq_len, /*eos_id=*/0);
       for (int64_t i = 0; i < ds.size(); ++i) out.push_back(ds.get(i));
     } else {
       DTR_CHECK(!tok_path.empty(), name, ".tokenizer is required with a random model (a GGUF, tokenizer.json or "
@@ -240,6 +246,7 @@ std::vector<data::Sample> load_samples(const Recipe& r, const DatasetRecipe& d, 
       auto tok = ends_with(tok_path, ".gguf") ? tokenizer::BPETokenizer::from_gguf(gguf::GGUFFile::open(tok_path))
                  : fs::is_directory(tok_path) ? tokenizer::BPETokenizer::from_hf_file(tok_path + "/tokenizer.json")
                                               : tokenizer::BPETokenizer::from_hf_file(tok_path);
+      pad = tok.pad_id() >= 0 ? tok.pad_id() : std::max(0, tok.eos_id());
       if (d.type == "squad" || d.type == "column_mapped") {
         out = load_instruction_dataset(d, tok, tokenizer_has_chat_template(tok_path));
       } else if (d.type == "chat_jsonl") {
@@ -256,6 +263,8 @@ std::vector<data::Sample> load_samples(const Recipe& r, const DatasetRecipe& d, 
   }
   if (d.limit_samples > 0 && static_cast<int64_t>(out.size()) > d.limit_samples) out.resize(d.limit_samples);
   DTR_CHECK(!out.empty(), name, ": no samples in ", d.paths.front());
+  if (d.packed_sequence_size > 0) out = data::pack_sequences(out, d.packed_sequence_size, pad);
+  if (pad_id) *pad_id = pad;
   return out;
 }
 

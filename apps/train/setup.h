@@ -45,9 +45,12 @@ double estimate_memory(const Recipe& r, const Plan& p);
 /// The human-readable --dry-run report (recipe, mesh, counts, memory).
 std::string dry_run_report(const Recipe& r, const Plan& p);
 
-/// Loads a dataset section into fixed-length samples (chat_jsonl: one per conversation;
-/// text / token_shards: packed windows). Errors name the dataset key and file.
-std::vector<data::Sample> load_samples(const Recipe& r, const DatasetRecipe& d, const std::string& name);
+/// Loads a dataset section into samples (chat_jsonl: one per conversation, unpadded, or packs of
+/// packed_sequence_size tokens when it is > 0; text / token_shards: windows of seq_len).
+/// `pad_id` (when given) receives the id collate pads with: the tokenizer's pad, else its eos,
+/// else 0. Errors name the dataset key and file.
+std::vector<data::Sample> load_samples(const Recipe& r, const DatasetRecipe& d, const std::string& name,
+                                       int32_t* pad_id = nullptr);
 
 /// Builds the model on this rank: loaded from model.path, or random (seeded with rng.seed)
 /// from the config; LoRA injected (base frozen) when peft is set.

@@ -91,7 +91,18 @@ struct Trainer {
   Plan& plan;
   std::vector<data::Sample>& train_set;
   std::vector<data::Sample>& val_set;
+  int32_t pad_id = 0;
   int rank = 0, world = 1;
+
+  /// Packed rows are full already; unpacked ones are padded to the micro-batch's longest
+  /// sample, rounded up to pad_seq_len_divisible and capped at seq_len.
+  data::Batch make_batch(const DatasetRecipe& d, std::vector<data::Sample> samples) const {
+    data::CollateOptions o;
+    o.pad_id = pad_id;
+    o.pad_seq_len_divisible = d.pad_seq_len_divisible;
+    o.max_length = d.seq_len;
+    return data::collate(samples, o);
+  }
 
   /// Token-mean validation loss over the validation batches (every dp rank its slice).
   double validate(LlamaForCausalLM& model) {
@@ -110,7 +121,7 @@ struct Trainer {
       std::vector<int64_t> idx(share);
       for (int64_t i = 0; i < share; ++i) idx[i] = b * vb + dpr * share + i;
       for (int64_t m = 0; m < share; m += r.step_scheduler.local_batch_size) {
-        data::Batch batch = data::collate(gather(val_set, idx, m, r.step_scheduler.local_batch_size));
+        data::Batch batch = make_batch(r.validation_dataset, gather(val_set, idx, m, r.step_scheduler.local_batch_size));
         if (batch.num_label_tokens == 0) continue;
         Tensor logits = model.call(batch.input_ids);
         sum += scalar_value(causal_lm_loss(logits, batch.labels, false)) * batch.num_label_tokens;
@@ -233,11 +244,6 @@ struct Trainer {
                               : r.logging.peak_tflops < 0  ? measure_sgemm_peak_flops()
                                                            : 0.0;
     if (peak_flops == 0) note("MFU not shown: set logging.peak_tflops (per rank), or logging.peak_tflops: measure");
-    // Every sample of a dataset has one length (padded), so a step holds global_batch x seq
-    // input positions, padding included.
-    const double seq = static_cast<double>(train_set.front().input_ids.size());
-    const double step_flops = llama_train_flops_per_token(plan.config, r.peft.enabled, static_cast<double>(trainable), seq) *
-                              static_cast<double>(st.global_batch_size) * seq;
     const double max_norm = r.optimizer.max_grad_norm > 0 ? r.optimizer.max_grad_norm
                                                            : std::numeric_limits<double>::infinity();
 
@@ -275,10 +281,11 @@ struct Trainer {
       const int64_t n_global = count_labels(train_set, sampler.global_batch(ss.epoch, ss.batch));
       DTR_CHECK(n_global > 0, "dataset: global batch ", ss.batch, " of epoch ", ss.epoch, " has no label tokens");
       const std::vector<int64_t> mine = sampler.next();
-      double loss_sum = 0;
+      double loss_sum = 0, rows_tokens = 0;  // rows_tokens: positions run, padding included
       for (int64_t m = 0; m < plan.grad_accum; ++m) {
         set_model_gradient_sync(*model, ctx, m + 1 == plan.grad_accum);
-        data::Batch batch = data::collate(gather(train_set, mine, m * st.local_batch_size, st.local_batch_size));
+        data::Batch batch = make_batch(r.dataset, gather(train_set, mine, m * st.local_batch_size, st.local_batch_size));
+        rows_tokens += static_cast<double>(batch.input_ids.numel());
         if (batch.num_label_tokens == 0) {
           // Nothing to learn here, but FSDP still needs the collective forward/backward.
           Tensor logits = model->call(batch.input_ids);
@@ -295,6 +302,7 @@ struct Trainer {
       finish_model_backward(*model, ctx);
       const double grad_norm = clip_grad_norm(plist, max_norm);
       const double loss = dp_sum(ctx, loss_sum) / n_global;
+      const double step_tokens = dp_sum(ctx, rows_tokens);
       // The same loss and global norm on every rank: the same decision everywhere.
       const bool update = health.admit(step + 1, loss, grad_norm);
       const double step_lr = optimizer.lr();  // the lr this step used (the scheduler moves on below)
@@ -322,8 +330,12 @@ struct Trainer {
         m.lr = step_lr;
         m.grad_norm = grad_norm;
         m.step_time_s = dt;
-        m.tokens_per_s = st.global_batch_size * seq / dt;
+        m.tokens_per_s = step_tokens / dt;
         m.label_tokens_per_s = static_cast<double>(n_global) / dt;
+        // Rows are padded per micro-batch: the attention term takes the step's mean row length.
+        const double row = step_tokens / static_cast<double>(st.global_batch_size);
+        const double step_flops =
+            llama_train_flops_per_token(plan.config, r.peft.enabled, static_cast<double>(trainable), row) * step_tokens;
         m.mfu = peak_flops > 0 ? step_flops / dt / (peak_flops * world) : -1;
         m.peak_mem_gib = static_cast<double>(peak) / (1024.0 * 1024.0 * 1024.0);
         m.eta_s = seconds_since(t_loop) / static_cast<double>(step - first) * static_cast<double>(total_steps - step);
@@ -399,13 +411,14 @@ int run_training(const Recipe& r, const TrainOptions& opt) {
   const int rank = dtr::rank(), world = dtr::world_size();
   Plan plan;
   std::vector<data::Sample> train_set, val_set;
+  int32_t pad_id = 0;
   try {
     plan = make_plan(r, world);
     if (opt.dry_run) {
       if (rank == 0) std::printf("%s", dry_run_report(r, plan).c_str());
       return 0;
     }
-    train_set = load_samples(r, r.dataset, "dataset");
+    train_set = load_samples(r, r.dataset, "dataset", &pad_id);
     if (r.validation_dataset.enabled) val_set = load_samples(r, r.validation_dataset, "validation_dataset");
     DTR_CHECK(static_cast<int64_t>(train_set.size()) >= r.step_scheduler.global_batch_size, "dataset: ",
               train_set.size(), " samples are fewer than step_scheduler.global_batch_size=",
@@ -439,7 +452,7 @@ int run_training(const Recipe& r, const TrainOptions& opt) {
     for (const auto& n : notes) std::printf("%s\n", n.c_str());
   }
   try {
-    Trainer t{r, opt, plan, train_set, val_set, rank, world};
+    Trainer t{r, opt, plan, train_set, val_set, pad_id, rank, world};
     return t.run();
   } catch (const AllRanksError& e) {  // every rank is here with the same message
     if (rank == 0) std::fprintf(stderr, "dtr-train: error: %s\n", e.what());

@@ -1,5 +1,7 @@
 #include "models/data/chat_dataset.h"
 
+#include <algorithm>
+
 #include <nlohmann/json.hpp>
 
 #include "models/formats/mapped_file.h"
@@ -89,17 +91,14 @@ void tokenize_chat(const Conversation& conv, const tokenizer::BPETokenizer& tok,
   mask = span_mask(offsets, train);
 }
 
-Sample make_chat_sample(const std::vector<int32_t>& tokens, const std::vector<uint8_t>& mask, int64_t seq_len,
-                        int32_t pad_id) {
+Sample make_chat_sample(const std::vector<int32_t>& tokens, const std::vector<uint8_t>& mask, int64_t seq_len) {
   DTR_CHECK(seq_len > 0, "make_chat_sample: seq_len = ", seq_len);
   DTR_CHECK(tokens.size() == mask.size(), "make_chat_sample: ", tokens.size(), " tokens but ", mask.size(), " mask entries");
+  const int64_t n = std::min<int64_t>(static_cast<int64_t>(tokens.size()) - 1, seq_len);
   Sample s;
-  s.input_ids.assign(static_cast<size_t>(seq_len), pad_id < 0 ? 0 : pad_id);
-  s.labels.assign(static_cast<size_t>(seq_len), kIgnoreIndex);
-  const int64_t n = static_cast<int64_t>(tokens.size());
-  for (int64_t i = 0; i + 1 < n && i < seq_len; ++i) {
-    s.input_ids[static_cast<size_t>(i)] = tokens[static_cast<size_t>(i)];
-    if (mask[static_cast<size_t>(i + 1)]) s.labels[static_cast<size_t>(i)] = tokens[static_cast<size_t>(i + 1)];
+  for (int64_t i = 0; i < n; ++i) {
+    s.input_ids.push_back(tokens[static_cast<size_t>(i)]);
+    s.labels.push_back(mask[static_cast<size_t>(i + 1)] ? tokens[static_cast<size_t>(i + 1)] : kIgnoreIndex);
   }
   return s;
 }
@@ -110,10 +109,9 @@ std::vector<Sample> load_chat_dataset(const std::string& path, const tokenizer::
   int64_t drop = 0;
   std::vector<int32_t> t;
   std::vector<uint8_t> m;
-  const int32_t pad = tok.pad_id() >= 0 ? tok.pad_id() : tok.eos_id();
   for (const auto& conv : read_chat_jsonl(path)) {
     tokenize_chat(conv, tok, tmpl, t, m);
-    Sample s = make_chat_sample(t, m, seq_len, pad);
+    Sample s = make_chat_sample(t, m, seq_len);
     bool any = false;
     for (auto l : s.labels) any |= l != kIgnoreIndex;
     if (any) out.push_back(std::move(s));

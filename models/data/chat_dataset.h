@@ -45,12 +45,12 @@ std::vector<uint8_t> span_mask(const ByteSpans& offsets, const ByteSpans& spans)
 void tokenize_chat(const Conversation& conv, const tokenizer::BPETokenizer& tok, const tokenizer::ChatTemplate& tmpl,
                    std::vector<int32_t>& tokens, std::vector<uint8_t>& mask);
 
-/// A training sample of exactly `seq_len` positions: input_ids = t[0..n-1), labels[i] =
-/// t[i+1] where m[i+1] else -100; truncated to seq_len, padded with `pad_id` / -100.
-Sample make_chat_sample(const std::vector<int32_t>& tokens, const std::vector<uint8_t>& mask, int64_t seq_len,
-                        int32_t pad_id);
+/// A training sample of min(n - 1, seq_len) positions: input_ids = t[0..n-1), labels[i] =
+/// t[i+1] where m[i+1] else -100, truncated to seq_len. Not padded: collate pads each batch to
+/// its longest sample, pack_sequences fills packs.
+Sample make_chat_sample(const std::vector<int32_t>& tokens, const std::vector<uint8_t>& mask, int64_t seq_len);
 
-/// read_chat_jsonl + tokenize_chat + make_chat_sample for every line. Conversations whose
+/// read_chat_jsonl + tokenize_chat + make_chat_sample for every line (unpadded samples). Conversations whose
 /// labels are all -100 after truncation are dropped (counted in `dropped` when given).
 std::vector<Sample> load_chat_dataset(const std::string& path, const tokenizer::BPETokenizer& tok,
                                       const tokenizer::ChatTemplate& tmpl, int64_t seq_len, int64_t* dropped = nullptr);

@@ -5,7 +5,8 @@
 
 namespace dtr::data {
 
-PackedDataset::PackedDataset(std::vector<int32_t> stream, int64_t seq_len) : stream_(std::move(stream)), seq_len_(seq_len) {
+PackedDataset::PackedDataset(std::vector<int32_t> stream, int64_t seq_len, int32_t eos_id)
+    : stream_(std::move(stream)), seq_len_(seq_len), eos_id_(eos_id) {
   DTR_CHECK(seq_len > 0, "PackedDataset: seq_len = ", seq_len, " must be positive");
 }
 
@@ -24,6 +25,14 @@ Sample PackedDataset::get(int64_t i) const {
   Sample s;
   s.input_ids.assign(w.begin(), w.end() - 1);
   s.labels.assign(w.begin() + 1, w.end());
+  if (eos_id_ < 0) return s;
+  int32_t start = 0;
+  for (int32_t t = 0; t < static_cast<int32_t>(s.input_ids.size()); ++t)
+    if (s.input_ids[static_cast<size_t>(t)] == eos_id_ || t + 1 == static_cast<int32_t>(s.input_ids.size())) {
+      s.seq_lens.push_back(t + 1 - start);
+      start = t + 1;
+    }
+  if (s.seq_lens.size() == 1) s.seq_lens.clear();
   return s;
 }
 
@@ -66,7 +75,7 @@ PackedDataset load_text_dataset(const std::vector<std::string>& files, const tok
   }
   DTR_CHECK(static_cast<int64_t>(stream.size()) >= seq_len + 1, "text dataset: only ", stream.size(),
             " tokens in total, fewer than seq_len + 1 = ", seq_len + 1);
-  return PackedDataset(std::move(stream), seq_len);
+  return PackedDataset(std::move(stream), seq_len, tok.eos_id());
 }
 
 }  // namespace dtr::data

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # End-to-end tests of dtr-train on the CI recipes (configs/ci/*.yaml), run from the repo root:
-#   train_e2e.sh meshes|resume|epochs|errors DTR_TRAIN COMPARE_METRICS [MPIRUN]
+#   train_e2e.sh meshes|resume|epochs|padding|errors DTR_TRAIN COMPARE_METRICS [MPIRUN]
 # meshes: the same 20-step LoRA recipe on 1 rank, dp 2 (FSDP), tp 2, tp 3, HSDP 2x2, dp 2 x tp 2
 #         and tp 2 / tp 3 (uneven sequence shards) with sequence parallelism, dp 2 with
 #         defer_fsdp_grad_sync=false (a reduce-scatter per micro-batch)
@@ -15,6 +15,8 @@
 #         gives the single-process losses within LOSS_RTOL over both epochs; runs stopped in
 #         epoch 2 (resume from step_8 = epoch 1 batch 2) and in epoch 1 (resume from step_4, the
 #         resumed run crosses the boundary) reproduce the uninterrupted losses bit for bit.
+# padding: chat SFT batches padded to their longest sample equal batches padded to seq_len
+#         (1 rank and dp 2; configs/ci/chat.yaml on the perlfaq data, skipped when absent).
 # errors: bad recipes under mpirun give exactly one "dtr-train: error:" line and exit != 0.
 set -uo pipefail
 mode="$1"; TRAIN="$2"; CMP="$3"; MPIRUN="${4:-mpirun}"
@@ -156,6 +158,30 @@ epochs)
     echo "== stopped after step $stop, resumed from step_$from vs uninterrupted (exact)"
     "$CMP" $d/full/metrics.jsonl $d/stop$stop/metrics.jsonl --from 1 --to 12 --rtol 0 || fail "resumed losses differ"
   done
+  ;;
+padding)
+  # SFT micro-batches padded to their longest sample (pad_seq_len_divisible 8, the default)
+  # compute what batches padded to seq_len compute (right padding under a causal mask is never
+  # attended, its labels are -100), on 1 rank and on dp 2; the dynamic run must run fewer
+  # positions (tokens_per_s x step_time_s), or the comparison would be vacuous.
+  for f in data/perlfaq-val.jsonl data/smollm2-135m-instruct.gguf; do
+    [ -f "$f" ] || { echo "SKIP padding: $f is absent (scripts/fetch-data.sh, scripts/fetch-model.sh)"; echo PASS; exit 0; }
+  done
+  c=configs/ci/chat.yaml
+  rm -rf $out/chat $out/chat_seq $out/chat_dp
+  run 1 $c > /dev/null || fail "dynamic padding run"
+  run 1 $c --set dataset.pad_seq_len_divisible=256 --set checkpoint.checkpoint_dir=$out/chat_seq > /dev/null ||
+    fail "padded to seq_len run"
+  run 2 $c --set checkpoint.checkpoint_dir=$out/chat_dp > /dev/null || fail "dp 2 dynamic padding run"
+  echo "== padded to the longest sample (x8) vs padded to seq_len"
+  "$CMP" $out/chat_seq/metrics.jsonl $out/chat/metrics.jsonl --rtol $LOSS_RTOL || fail "dynamic padding losses"
+  echo "== dp 2 vs single, both padded to the longest sample"
+  "$CMP" $out/chat/metrics.jsonl $out/chat_dp/metrics.jsonl --rtol $LOSS_RTOL || fail "dp 2 losses"
+  positions() { awk -F'"tokens_per_s":' '{ split($0, a, "\"step_time_s\":"); split(a[2], t, ","); split($2, v, /[,}]/);
+                                          s += v[1] * t[1] } END { printf "%d", s + 0.5 }' "$1"; }
+  dyn=$(positions $out/chat/metrics.jsonl); full=$(positions $out/chat_seq/metrics.jsonl)
+  echo "positions run: $dyn padded to the longest, $full padded to seq_len"
+  [ "$dyn" -lt "$full" ] || fail "dynamic padding ran $dyn positions, not fewer than $full"
   ;;
 errors)
   check() {  # check NP expected-substring --set ...

@@ -4,6 +4,7 @@
 #include <filesystem>
 
 #include "models/data/chat_dataset.h"
+#include "models/data/packing.h"
 #include "models/data/text_dataset.h"
 #include "models/data/token_shards.h"
 #include "models/formats/gguf.h"
@@ -55,6 +56,11 @@ TEST_CASE("plain text packs into seq_len + 1 windows with eos separators", "[dat
   CHECK(s.input_ids == std::vector<int32_t>{256, 'd', 'e'});
   CHECK(s.labels == std::vector<int32_t>{'d', 'e', 256});
   REQUIRE_THROWS_WITH(ds.window(2), Contains("out of range"));
+  CHECK(s.seq_lens.empty());  // no eos id given: one document
+  // With the eos id, a window records its documents: a new one after each eos input token.
+  PackedDataset docs(stream, 3, 256);
+  CHECK(docs.get(0).seq_lens.empty());                          // a b c
+  CHECK(docs.get(1).seq_lens == std::vector<int32_t>{1, 2});     // <eos> | d e
   CHECK(split_documents("a\n\nb\n\n\n\nc", "\n\n") == std::vector<std::string>{"a", "b", "c"});
 
   test::TempDir dir("data_text");
@@ -90,8 +96,9 @@ TEST_CASE("chat JSONL: labels only on assistant answers", "[data][chat]") {
     if (m[i]) trained.push_back(t[i]);
   CHECK(trained == std::vector<int32_t>{'A', '!', 258});
 
-  const Sample s = make_chat_sample(t, m, 40, 256);
-  REQUIRE(s.input_ids.size() == 40);
+  const Sample s = make_chat_sample(t, m, 40);
+  REQUIRE(s.input_ids.size() == t.size() - 1);  // not padded
+  CHECK(make_chat_sample(t, m, 5).input_ids.size() == 5);  // truncated
   std::vector<int32_t> labelled;
   for (size_t i = 0; i < s.labels.size(); ++i)
     if (s.labels[i] != kIgnoreIndex) {
@@ -99,14 +106,15 @@ TEST_CASE("chat JSONL: labels only on assistant answers", "[data][chat]") {
       CHECK(s.labels[i] == t[i + 1]);  // shifted: label i is token i + 1
     }
   CHECK(labelled == trained);
-  CHECK(s.input_ids.back() == 256);  // padding
-  CHECK(s.labels.back() == kIgnoreIndex);
 
   const auto samples = load_chat_dataset(dir.file("c.jsonl"), tok, tmpl, 64);
   REQUIRE(samples.size() == 2);
   CHECK(samples[0].labels == samples[1].labels);
-  const Batch b = collate(samples);
-  CHECK(b.input_ids.sizes() == Shape{2, 64});
+  const auto n = static_cast<int64_t>(t.size());  // samples hold n - 1 positions: one pad to n
+  const Batch b = collate(samples, {256, n, 0, false});
+  CHECK(b.input_ids.sizes() == Shape{2, n});
+  CHECK(b.input_ids.to_vector<int64_t>().back() == 256);  // padding
+  CHECK(b.labels.to_vector<int64_t>().back() == kIgnoreIndex);
   CHECK(b.labels.dtype() == DType::i64);
   CHECK(b.num_label_tokens == 6);
   // truncated before the answer: dropped
@@ -259,4 +267,69 @@ TEST_CASE("real SmolLM2 chats: ids and loss mask match transformers' apply_chat_
     differs += c["per_segment_differs"].get<bool>();
   }
   CHECK(differs >= 4);  // the fixture holds cases where per-segment tokenisation gave other ids
+}
+
+namespace {
+Sample sample(std::vector<int32_t> ids, std::vector<int32_t> labels) { return Sample{std::move(ids), std::move(labels), {}}; }
+}  // namespace
+
+// Hand-computed: sizes 3, 2, 4, 1, 5 into packs of 6 (a sample that does not fit starts the
+// next pack; Automodel's pack_dataset with split_across_pack = False).
+TEST_CASE("pack_sequences: which samples share a row, padding, seq_lens", "[data][packing]") {
+  const std::vector<Sample> in{sample({1, 2, 3}, {2, 3, -100}), sample({4, 5}, {-100, 6}),
+                               sample({7, 8, 9, 10}, {8, 9, 10, 11}), sample({12}, {13}),
+                               sample({14, 15, 16, 17, 18}, {-100, -100, 17, 18, 19})};
+  const auto packs = pack_sequences(in, 6, 0);
+  REQUIRE(packs.size() == 3);
+  CHECK(packs[0].input_ids == std::vector<int32_t>{1, 2, 3, 4, 5, 0});
+  CHECK(packs[0].labels == std::vector<int32_t>{2, 3, -100, -100, 6, -100});
+  CHECK(packs[0].seq_lens == std::vector<int32_t>{3, 2, 1});  // the padding is a document
+  CHECK(packs[1].input_ids == std::vector<int32_t>{7, 8, 9, 10, 12, 0});
+  CHECK(packs[1].labels == std::vector<int32_t>{8, 9, 10, 11, 13, -100});
+  CHECK(packs[1].seq_lens == std::vector<int32_t>{4, 1, 1});
+  CHECK(packs[2].input_ids == std::vector<int32_t>{14, 15, 16, 17, 18, 0});
+  CHECK(packs[2].seq_lens == std::vector<int32_t>{5, 1});
+  // An exact fit has no padding document.
+  const auto exact = pack_sequences({in[0], in[0]}, 6, 0);
+  REQUIRE(exact.size() == 1);
+  CHECK(exact[0].seq_lens == std::vector<int32_t>{3, 3});
+
+  const Batch b = collate(packs, {0, 1, 0, true});
+  CHECK(b.input_ids.sizes() == Shape{3, 6});
+  CHECK(b.position_ids.to_vector<int64_t>() ==
+        std::vector<int64_t>{0, 1, 2, 0, 1, 0, /**/ 0, 1, 2, 3, 0, 0, /**/ 0, 1, 2, 3, 4, 0});
+  CHECK(b.document_ids.to_vector<int64_t>() ==
+        std::vector<int64_t>{0, 0, 0, 1, 1, 2, /**/ 0, 0, 0, 0, 1, 2, /**/ 0, 0, 0, 0, 0, 1});
+  CHECK(b.num_label_tokens == 3 + 5 + 3);
+
+  REQUIRE_THROWS_WITH(pack_sequences(in, 4, 0),
+                      Contains("packed_sequence_size=4: sample 4 has 5 tokens, more than a pack holds"));
+  REQUIRE_THROWS_WITH(pack_sequences(in, 0, 0), Contains("packed_sequence_size = 0"));
+  REQUIRE_THROWS_WITH(pack_sequences(packs, 6, 0), Contains("sample 0 already holds 3 documents"));
+}
+
+TEST_CASE("collate pads each batch to its longest sample, rounded up", "[data][packing]") {
+  const std::vector<Sample> in{sample({1, 2, 3}, {2, 3, 4}), sample({5}, {-100}), sample({6, 7, 8, 9, 10}, {7, 8, 9, 10, 11})};
+  const Batch exact = collate(in, {99, 1, 0, false});
+  CHECK(exact.input_ids.sizes() == Shape{3, 5});
+  CHECK(exact.input_ids.to_vector<int64_t>() ==
+        std::vector<int64_t>{1, 2, 3, 99, 99, /**/ 5, 99, 99, 99, 99, /**/ 6, 7, 8, 9, 10});
+  CHECK(exact.labels.to_vector<int64_t>() ==
+        std::vector<int64_t>{2, 3, 4, -100, -100, /**/ -100, -100, -100, -100, -100, /**/ 7, 8, 9, 10, 11});
+  CHECK(exact.num_label_tokens == 8);
+  CHECK(!exact.position_ids.defined());
+  const Batch r8 = collate(in, {99, 8, 0, true});
+  CHECK(r8.input_ids.sizes() == Shape{3, 8});
+  // Unpacked samples are one document each; the padding is the next one.
+  CHECK(r8.position_ids.to_vector<int64_t>() == std::vector<int64_t>{0, 1, 2, 0, 1, 2, 3, 4, /**/ 0, 0, 1, 2, 3, 4, 5, 6,
+                                                                      /**/ 0, 1, 2, 3, 4, 0, 1, 2});
+  CHECK(r8.document_ids.to_vector<int64_t>() == std::vector<int64_t>{0, 0, 0, 1, 1, 1, 1, 1, /**/ 0, 1, 1, 1, 1, 1, 1, 1,
+                                                                      /**/ 0, 0, 0, 0, 0, 1, 1, 1});
+  CHECK(collate({in[2]}, {0, 5, 0, false}).input_ids.sizes() == Shape{1, 5});  // already a multiple
+  CHECK(collate(in, {0, 8, 6, false}).input_ids.sizes() == Shape{3, 6});     // capped at max_length
+  CHECK(collate(in, {0, 8, 3, false}).input_ids.sizes() == Shape{3, 5});     // never below the longest
+  REQUIRE_THROWS_WITH(collate(in, {0, 0, 0, false}), Contains("pad_seq_len_divisible = 0"));
+  Sample bad = in[0];
+  bad.seq_lens = {2};
+  REQUIRE_THROWS_WITH(collate({bad}), Contains("seq_lens summing to 2 but 3 input ids"));
 }
