@@ -172,8 +172,13 @@ class DTensorDispatcher final : public DistributedDispatcher {
 
   /// The gradient of a leaf lands in the leaf's placements, Partial mapped to Replicate (the
   /// gradient of a pending sum is the same on every rank); a leaf marked grad_keeps_partial keeps
-  /// a Partial gradient where it is Replicate.
+  /// a Partial gradient where it is Replicate. A plain leaf (used as a replicated value) gets the
+  /// full gradient as a plain tensor.
   Tensor grad_for_leaf(const Tensor& leaf, const Tensor& grad) override {
+    if (!leaf.is_distributed()) {
+      const DTensorSpec& gs = dtensor_spec(grad, "AccumulateGrad");
+      return redistribute_local(local_tensor(grad), gs, replicate_all(gs.mesh.ndim()));
+    }
     const DTensorSpec& ls = dtensor_spec(leaf, "AccumulateGrad");
     Placements want = without_partial(ls.placements);
     if (grad.is_distributed() && static_cast<const DTensorState*>(leaf.dist_spec().get())->grad_keeps_partial) {

@@ -62,7 +62,8 @@ class DistributedDispatcher {
   /// run the local kernel, wrap the outputs.
   virtual std::vector<Tensor> dispatch(const OpCall& call) = 0;
   /// Brings a gradient arriving for distributed leaf `leaf` to the leaf's own placements
-  /// (e.g. Partial -> Replicate) before accumulation.
+  /// (e.g. Partial -> Replicate) before accumulation; a distributed gradient of a plain leaf
+  /// (a plain tensor used with DTensors counts as replicated) becomes the plain full gradient.
   virtual Tensor grad_for_leaf(const Tensor& leaf, const Tensor& grad) = 0;
 };
 void set_distributed_dispatcher(DistributedDispatcher* d);

@@ -43,7 +43,8 @@ struct AccumulateGrad final : Node {
       Tensor r = h(g);
       if (r.defined()) g = r;
     }
-    if (var.is_distributed() && distributed_dispatcher()) g = distributed_dispatcher()->grad_for_leaf(var, g);
+    if ((var.is_distributed() || g.is_distributed()) && distributed_dispatcher())
+      g = distributed_dispatcher()->grad_for_leaf(var, g);
     DTR_CHECK(g.sizes() == var.sizes(), "AccumulateGrad: gradient of shape ", g.sizes(), " for leaf of shape ",
               var.sizes());
     if (g.dtype() != var.dtype()) g = g.to(var.dtype());

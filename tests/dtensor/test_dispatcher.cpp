@@ -4,7 +4,7 @@
 // norm for logging), pointwise ops, transposes and views place them without communication;
 // other rules see them as Replicate and the dispatcher redistributes (one dp all_gather for the
 // FSDP + TP pair). Before, a reduction segfaulted, views and some ops gave wrong shapes or values,
-// and redistribute refused most targets.
+// and redistribute refused most targets. A plain leaf mixed with DTensors gets a plain gradient.
 #include "dtensor/comm_debug.h"
 #include "dtensor_test_util.h"
 
@@ -102,4 +102,23 @@ TEST_CASE("a weight norm of an FSDP + TP parameter on a 2 x 2 mesh is the single
   Tensor y = mm(w, distribute_tensor(rnd({5, 2}), mesh, {Replicate(), Replicate()}));
   CHECK(m2.count(CommKind::all_gather) == 1);
   CHECK(placements(y) == Placements{Replicate(), Shard(0)});
+}
+
+TEST_CASE("a plain tensor used with DTensors gets its full gradient as a plain tensor", "[dispatcher][grad]") {
+  // A plain operand counts as replicated; its gradient is the single-process one, plain. Before,
+  // .grad held a DTensor (Partial, or sharded like the other operand), found by test_property.
+  manual_seed(74);
+  Tensor xf = rnd({5, 3}), bf = rnd({3});
+  Tensor ref_b = bf.clone().set_requires_grad(true);
+  sum(mul(add(xf, ref_b), xf)).backward();
+  for (const DeviceMesh& mesh : test_meshes())
+    for (const auto& p : all_placements(mesh, 2, true)) {
+      INFO(placements_str(p) << " on " << mesh.str());
+      Tensor x = make_input(xf, mesh, p);
+      Tensor b = bf.clone().set_requires_grad(true);
+      sum(mul(add(x, b), x)).backward();
+      REQUIRE(b.grad().defined());
+      CHECK_FALSE(b.grad().is_distributed());
+      CHECK(max_abs_diff(b.grad(), ref_b.grad()) < kDistTol);
+    }
 }
