@@ -7,6 +7,10 @@
 // --no-kv-cache recomputes the whole sequence each step. Stops at <|im_end|> / eos.
 // Errors: one line, exit 1.
 #include <CLI/CLI.hpp>
+#include <nlohmann/json.hpp>
+
+#include <filesystem>
+#include <fstream>
 
 #include <algorithm>
 #include <cmath>
@@ -47,11 +51,38 @@ int64_t pick(const std::vector<float>& logits, double temperature, double top_p,
   return order[keep - 1];
 }
 
+/// The tokenizer and chat template of `path`: a GGUF (tokenizer.ggml.*, tokenizer.chat_template),
+/// an HF directory or a tokenizer.json (tokenizer_config.json beside it for the special tokens
+/// and chat_template). ChatML when no template is given. Errors: a path that is none of these.
+std::pair<dtr::tokenizer::BPETokenizer, dtr::tokenizer::ChatTemplate> load_tokenizer(const std::string& path) {
+  namespace fs = std::filesystem;
+  using dtr::tokenizer::BPETokenizer;
+  using dtr::tokenizer::ChatTemplate;
+  if (path.size() > 5 && path.substr(path.size() - 5) == ".gguf") {
+    const auto g = dtr::gguf::GGUFFile::open(path);
+    return {BPETokenizer::from_gguf(g), g.has("tokenizer.chat_template")
+                                            ? ChatTemplate::from_jinja(g.get("tokenizer.chat_template").as_string())
+                                            : ChatTemplate::chatml()};
+  }
+  const fs::path json_file = fs::is_directory(path) ? fs::path(path) / "tokenizer.json" : fs::path(path);
+  DTR_CHECK(fs::exists(json_file), "--tokenizer: '", path,
+            "' is neither a .gguf file nor an HF directory with tokenizer.json nor a tokenizer.json");
+  BPETokenizer tok = BPETokenizer::from_hf_file(json_file.string());
+  ChatTemplate tmpl = ChatTemplate::chatml();
+  std::ifstream cfg_in(json_file.parent_path() / "tokenizer_config.json");
+  if (cfg_in.good()) {
+    const auto cfg = nlohmann::json::parse(cfg_in, nullptr, false);
+    if (cfg.is_object() && cfg.contains("chat_template") && cfg["chat_template"].is_string())
+      tmpl = ChatTemplate::from_jinja(cfg["chat_template"].get<std::string>());
+  }
+  return {std::move(tok), std::move(tmpl)};
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   CLI::App app{"dtr-generate: chat with a Llama model (+ optional PEFT LoRA adapter)"};
-  std::string model_path, adapter, prompt, tokenizer_gguf;
+  std::string model_path, adapter, prompt, tokenizer_src;
   int max_new = 64;
   double temperature = 0.0, top_p = 0.9;
   uint64_t seed = 1;
@@ -59,24 +90,21 @@ int main(int argc, char** argv) {
   app.add_option("--model", model_path, "GGUF file or HF directory")->required()->check(CLI::ExistingPath);
   app.add_option("--adapter", adapter, "PEFT adapter directory")->check(CLI::ExistingDirectory);
   app.add_option("--prompt", prompt, "the user message")->required();
-  app.add_option("--tokenizer", tokenizer_gguf, "GGUF file holding the tokenizer (default: --model when it is a GGUF)");
-  app.add_option("--max-new-tokens", max_new, "tokens to generate")->check(CLI::Range(1, 4096));
-  app.add_option("--temperature", temperature, "0 = greedy")->check(CLI::Range(0.0, 10.0));
-  app.add_option("--top-p", top_p, "nucleus mass")->check(CLI::Range(0.0, 1.0));
-  app.add_option("--seed", seed, "sampling seed");
+  app.add_option("--tokenizer", tokenizer_src,
+                 "tokenizer: a GGUF file, an HF directory (tokenizer.json + tokenizer_config.json) or a "
+                 "tokenizer.json (default: --model)")
+      ->check(CLI::ExistingPath);
+  app.add_option("--max-new-tokens", max_new, "tokens to generate")->check(CLI::Range(1, 4096))->capture_default_str();
+  app.add_option("--temperature", temperature, "0 = greedy")->check(CLI::Range(0.0, 10.0))->capture_default_str();
+  app.add_option("--top-p", top_p, "nucleus mass")->check(CLI::Range(0.0, 1.0))->capture_default_str();
+  app.add_option("--seed", seed, "sampling seed")->capture_default_str();
   app.add_flag("--no-kv-cache", no_cache, "recompute the whole sequence at every step");
   CLI11_PARSE(app, argc, argv);
   try {
     dtr::init(argc, argv);
     dtr::NoGradGuard ng;
-    const std::string tok_path = tokenizer_gguf.empty() ? model_path : tokenizer_gguf;
-    DTR_CHECK(tok_path.size() > 5 && tok_path.substr(tok_path.size() - 5) == ".gguf",
-              "--tokenizer: a .gguf file is needed for the tokenizer (got '", tok_path, "')");
-    const auto g = dtr::gguf::GGUFFile::open(tok_path);
-    const auto tok = dtr::tokenizer::BPETokenizer::from_gguf(g);
-    const auto tmpl = g.has("tokenizer.chat_template")
-                          ? dtr::tokenizer::ChatTemplate::from_jinja(g.get("tokenizer.chat_template").as_string())
-                          : dtr::tokenizer::ChatTemplate::chatml();
+    const std::string tok_path = tokenizer_src.empty() ? model_path : tokenizer_src;
+    const auto [tok, tmpl] = load_tokenizer(tok_path);
     auto model = dtr::load_llama(model_path);
     if (!adapter.empty()) dtr::load_peft_adapter(*model, adapter);
     model->eval();

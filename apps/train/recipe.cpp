@@ -376,6 +376,7 @@ Recipe parse_recipe(const YAML::Node& automodel_root, const std::string& file,
     c.save_consolidated = !r.peft.enabled;  // Automodel's "final"; the adapter is LoRA's export
     s.boolean("save_consolidated", c.save_consolidated);
     s.str("adapter_dir", c.adapter_dir);
+    s.str("base_model_name_or_path", c.base_model_name_or_path);
     s.check_unknown();
     s.require(!c.checkpoint_dir.empty(), "checkpoint_dir", "must not be empty");
     s.require(c.keep_last >= 0, "keep_last", "must be >= 0, got " + std::to_string(c.keep_last));
@@ -508,7 +509,10 @@ std::string dump_recipe(const Recipe& r) {
   e << YAML::Key << "checkpoint_dir" << YAML::Value << c.checkpoint_dir;
   e << YAML::Key << "keep_last" << YAML::Value << c.keep_last;
   e << YAML::Key << "save_consolidated" << YAML::Value << c.save_consolidated;
-  e << YAML::Key << "adapter_dir" << YAML::Value << c.adapter_dir << YAML::EndMap;
+  e << YAML::Key << "adapter_dir" << YAML::Value << c.adapter_dir;
+  if (!c.base_model_name_or_path.empty())
+    e << YAML::Key << "base_model_name_or_path" << YAML::Value << c.base_model_name_or_path;
+  e << YAML::EndMap;
   const auto& g = r.logging;
   e << YAML::Key << "logging" << YAML::Value << YAML::BeginMap;
   e << YAML::Key << "every_steps" << YAML::Value << g.every_steps;

@@ -19,7 +19,8 @@
 //   optimizer:          name (adamw), lr, betas, eps, weight_decay, max_grad_norm
 //   lr_scheduler:       lr_warmup_steps, lr_decay_style (cosine|linear|constant), min_lr,
 //                       lr_decay_steps
-//   checkpoint:         enabled, checkpoint_dir, keep_last, save_consolidated, adapter_dir
+//   checkpoint:         enabled, checkpoint_dir, keep_last, save_consolidated, adapter_dir,
+//                       base_model_name_or_path
 //   logging:            every_steps, metrics_file, plot_file, peak_tflops
 //   rng:                seed
 // Source of key names: NeMo Automodel recipes (../shared/reference/nemo-automodel-semantics.md).
@@ -125,6 +126,8 @@ struct CheckpointRecipe {
   // LoRA (whose final export is the PEFT adapter).
   bool save_consolidated = false;
   std::string adapter_dir;         // default <checkpoint_dir>/adapter
+  // The PEFT adapter's base_model_name_or_path; default: see peft_base_model (export.h).
+  std::string base_model_name_or_path;
 };
 
 struct LoggingRecipe {

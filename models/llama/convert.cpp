@@ -1,5 +1,7 @@
 #include "models/llama/convert.h"
 
+#include <filesystem>
+
 #include "models/formats/gguf.h"
 #include "models/llama/load.h"
 #include "models/lora/peft.h"
@@ -16,11 +18,33 @@ void convert_gguf_to_hf(const std::string& gguf_path, const std::string& out_dir
   tokenizer::save_hf_tokenizer(tok, out_dir, tmpl);
 }
 
+bool save_base_tokenizer(const std::string& base, const std::string& out_dir) {
+  namespace fs = std::filesystem;
+  if (base.size() > 5 && base.compare(base.size() - 5, 5, ".gguf") == 0) {
+    const auto g = gguf::GGUFFile::open(base);
+    if (!g.has("tokenizer.ggml.tokens")) return false;
+    const auto tok = tokenizer::BPETokenizer::from_gguf(g);
+    const std::string tmpl = g.has("tokenizer.chat_template") ? g.get("tokenizer.chat_template").as_string() : "";
+    tokenizer::save_hf_tokenizer(tok, out_dir, tmpl);
+    return true;
+  }
+  bool any = false;
+  fs::create_directories(out_dir);
+  for (const char* f : {"tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "chat_template.jinja"}) {
+    const fs::path src = fs::path(base) / f;
+    if (!fs::exists(src)) continue;
+    fs::copy_file(src, fs::path(out_dir) / f, fs::copy_options::overwrite_existing);
+    any = true;
+  }
+  return any;
+}
+
 std::vector<std::string> merge_adapter_to_hf(const std::string& base, const std::string& adapter_dir,
                                              const std::string& out_dir) {
   auto model = load_llama(base);
   auto adapted = load_peft_adapter(*model, adapter_dir);
   save_merged_model(*model, out_dir);
+  save_base_tokenizer(base, out_dir);
   return adapted;
 }
 

@@ -30,8 +30,15 @@ GGUFOutType parse_gguf_outtype(const std::string& s);
 void convert_hf_to_gguf(const std::string& hf_dir, const std::string& out_path,
                         GGUFOutType outtype = GGUFOutType::f32);
 
-/// Base model (GGUF file or HF directory) + PEFT LoRA adapter -> merged HF directory. Returns
-/// the adapted module FQNs.
+/// The tokenizer files of a base model into `out_dir`: from a GGUF, tokenizer.json +
+/// tokenizer_config.json (with its chat template) as convert_gguf_to_hf writes them; from an HF
+/// directory, a copy of its tokenizer.json, tokenizer_config.json, special_tokens_map.json and
+/// chat_template.jinja (those present). Returns false when the base has no tokenizer.
+bool save_base_tokenizer(const std::string& base, const std::string& out_dir);
+
+/// Base model (GGUF file or HF directory) + PEFT LoRA adapter -> merged HF directory, with the
+/// base's tokenizer files (save_base_tokenizer), so the output loads in transformers with its
+/// tokenizer and converts back to GGUF. Returns the adapted module FQNs.
 std::vector<std::string> merge_adapter_to_hf(const std::string& base, const std::string& adapter_dir,
                                              const std::string& out_dir);
 
