@@ -383,7 +383,7 @@ struct Trainer {
 
     if (has_val && last_val_step != step && step > first) {
       const double val = validate(*model);
-      last_val = val;
+      if (val >= 0) last_val = val;  // -1: no full validation batch (fewer samples than local x dp)
       if (rank == 0 && val >= 0) {
         metrics->write({{"step", step}, {"val_loss", val}});
         progress.note(strformat("step %lld: validation loss %.4f", (long long)step, val));

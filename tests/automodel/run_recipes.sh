@@ -43,6 +43,15 @@ for recipe in llama3_2_1b_squad llama3_2_1b_squad_peft llama3_1_8b_columnmapped_
   "$CMP" $m $out/${recipe}_dp2/metrics.jsonl --rtol $LOSS_RTOL || fail "$recipe: dp 2 losses differ from 1 process"
   echo "ok $recipe (2 ranks, dp_size none -> dp 2): losses equal the single process"
 done
+# The recipe as written (global batch 64, local 8: 2 steps of its 128 samples) on 2 ranks; its 8
+# validation samples are fewer than local x dp = 16, so there is no validation loss to report
+# (the done line said "validation loss -1.0000" before).
+log=$("$MPIRUN" -np 2 --oversubscribe $ROOT_FLAG --mca btl self,vader,tcp --bind-to none "$TRAIN" \
+      --config tests/automodel/llama3_2_1b_squad_peft.yaml --set checkpoint.checkpoint_dir=$out/as_written 2>&1) ||
+  { echo "$log" | tail -5; fail "llama3_2_1b_squad_peft as written on 2 ranks"; }
+grep -q "done: 2 steps" <<<"$log" || { echo "$log" | tail -5; fail "as written: did not run 2 steps"; }
+! grep -q "validation loss -1" <<<"$log" || { echo "$log" | tail -3; fail "as written: reports validation loss -1"; }
+echo "ok llama3_2_1b_squad_peft as written (2 ranks): $(grep 'done:' <<<"$log")"
 reject() {  # reject RECIPE expected-substring --set ...
   local recipe="$1" want="$2"; shift 2
   local err rc n
