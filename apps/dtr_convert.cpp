@@ -16,7 +16,7 @@
 #include <cstdio>
 #include <filesystem>
 
-#include "models/llama/convert.h"
+#include "models/transformer/convert.h"
 #include "runtime/env.h"
 
 int main(int argc, char** argv) {

@@ -18,7 +18,7 @@
 #include <numeric>
 
 #include "models/formats/gguf.h"
-#include "models/llama/load.h"
+#include "models/transformer/load.h"
 #include "models/lora/peft.h"
 #include "models/tokenizer/bpe_tokenizer.h"
 #include "models/tokenizer/chat_template.h"
@@ -105,7 +105,7 @@ int main(int argc, char** argv) {
     dtr::NoGradGuard ng;
     const std::string tok_path = tokenizer_src.empty() ? model_path : tokenizer_src;
     const auto [tok, tmpl] = load_tokenizer(tok_path);
-    auto model = dtr::load_llama(model_path);
+    auto model = dtr::load_model(model_path);
     if (!adapter.empty()) dtr::load_peft_adapter(*model, adapter);
     model->eval();
     std::vector<int32_t> ids = tok.encode(tmpl.render({{"user", prompt}}, true));

@@ -15,8 +15,8 @@
 #include <nlohmann/json.hpp>
 
 #include "bench/bench_util.h"
-#include "models/llama/flops.h"
-#include "models/llama/llama.h"
+#include "models/transformer/causal_lm.h"
+#include "models/transformer/flops.h"
 #include "models/lora/inject.h"
 #include "parallel/fsdp/fully_shard.h"
 #include "parallel/mesh_context.h"
@@ -178,7 +178,7 @@ double sgemm_peak_flops() {
 }
 
 double train_step_model_flops(const TrainStepConfig& c) {
-  // The formula lives with the model (models/llama/flops.h); dtr-train uses it too.
+  // The formula lives with the model (models/transformer/flops.h); dtr-train uses it too.
   const LlamaConfig lc = llama_config(c);
   const double h = static_cast<double>(c.hidden), f = static_cast<double>(c.intermediate);
   const double D = h / static_cast<double>(c.heads);

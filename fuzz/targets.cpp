@@ -68,7 +68,7 @@ void fuzz_gguf(std::string_view in) {
   for (const auto& t : g.tensors()) (void)g.dequantize(t.name);
   // What dtr reads from the metadata of a model file (each may fail on its own).
   try {
-    (void)llama_config_from_gguf(g);
+    (void)model_config_from_gguf(g);
   } catch (const Error&) {
   }
   const auto tok = tokenizer::BPETokenizer::from_gguf(g);
@@ -76,10 +76,10 @@ void fuzz_gguf(std::string_view in) {
 }
 
 void fuzz_hf_config(std::string_view in) {
-  const LlamaConfig c = load_llama_config(scratch().write("config.json", in));
+  const LlamaConfig c = load_model_config(scratch().write("config.json", in));
   // Export and re-import: a fixed point.
   const auto j = to_json(c);
-  invariant(to_json(llama_config_from_json(j, "re-import")) == j, "config.json round trip: " + j.dump());
+  invariant(to_json(model_config_from_json(j, "re-import")) == j, "config.json round trip: " + j.dump());
 }
 
 void fuzz_tokenizer_json(std::string_view in) {

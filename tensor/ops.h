@@ -154,10 +154,12 @@ Tensor swiglu(const Tensor& gate, const Tensor& up);
 /// cos/sin tables [T, D] for positions [pos0, pos0+T), head dim D, base theta (HF LlamaRotaryEmbedding).
 std::pair<Tensor, Tensor> rope_tables(int64_t T, int64_t D, double theta, int64_t pos0 = 0, DType dt = DType::f32);
 /// Attention. q [B, Hq, T, D], k/v [B, Hkv, S, D] with Hq % Hkv == 0 (GQA); causal mask aligned
-/// bottom-right when S > T (KV cache). scale defaults to 1/sqrt(D). Blocked over keys with an
-/// online softmax (Flash-attention style) so memory is O(T*D) per head.
+/// bottom-right when S > T (KV cache). scale defaults to 1/sqrt(D). `window` > 0 (causal only):
+/// sliding-window attention, query i sees keys i + (S - T) - window < j <= i + (S - T).
+/// Blocked over keys with an online softmax (Flash-attention style) so memory is O(T*D) per head.
+/// Errors: shapes / dtypes that disagree, a negative window or one without is_causal.
 Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tensor& v, bool is_causal = true,
-                                    std::optional<double> scale = std::nullopt);
+                                    std::optional<double> scale = std::nullopt, int64_t window = 0);
 /// Mean cross-entropy over tokens whose target != ignore_index. logits [N, C], targets [N]
 /// int64. Fused log-softmax. Errors: a target outside [0, C) other than ignore_index.
 Tensor cross_entropy(const Tensor& logits, const Tensor& targets, int64_t ignore_index = -100);

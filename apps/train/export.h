@@ -11,7 +11,7 @@
 #include <vector>
 
 #include "apps/train/recipe.h"
-#include "models/llama/llama.h"
+#include "models/transformer/causal_lm.h"
 
 namespace dtr::train {
 

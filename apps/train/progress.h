@@ -15,7 +15,7 @@ struct StepMetrics {
   double loss = 0, lr = 0, grad_norm = 0;  // lr: the learning rate this step used
   double tokens_per_s = 0;    // input positions of the global batch, padding included / step time
   double label_tokens_per_s = 0;  // tokens that carried loss (labels != -100) / step time
-  double mfu = -1;            // model FLOPs / (peak x world) (models/llama/flops.h); < 0: no peak given
+  double mfu = -1;            // model FLOPs / (peak x world) (models/transformer/flops.h); < 0: no peak given
   double peak_mem_gib = 0;    // max over ranks of dtr::memory_stats().peak
   double eta_s = 0;
   double step_time_s = 0;

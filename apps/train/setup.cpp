@@ -14,7 +14,8 @@
 #include "models/data/text_dataset.h"
 #include "models/data/token_shards.h"
 #include "models/formats/gguf.h"
-#include "models/llama/load.h"
+#include "models/transformer/load.h"
+#include "models/transformer/parallelizer.h"
 #include "models/lora/inject.h"
 #include "models/tokenizer/bpe_tokenizer.h"
 #include "models/tokenizer/chat_template.h"
@@ -66,13 +67,13 @@ LlamaConfig resolve_config(const Recipe& r, std::string& source) {
     source = "model.path=" + r.model.path;
     DTR_CHECK(fs::exists(r.model.path), "model.path: no such file or directory '", r.model.path, "' (",
               r.source_of("model.path"), "); scripts/fetch-model.sh downloads the default model");
-    if (ends_with(r.model.path, ".gguf")) return llama_config_from_gguf(gguf::GGUFFile::open(r.model.path));
+    if (ends_with(r.model.path, ".gguf")) return model_config_from_gguf(gguf::GGUFFile::open(r.model.path));
     DTR_CHECK(!fs::is_directory(r.model.path) || fs::exists(fs::path(r.model.path) / "config.json"), "model.path: '",
               r.model.path, "' is a directory without config.json (expected a .gguf file or a Hugging Face model "
               "directory; ", r.source_of("model.path"), ")");
     DTR_CHECK(fs::is_directory(r.model.path) || ends_with(r.model.path, ".json"), "model.path: '", r.model.path,
               "' is neither a .gguf file nor a Hugging Face model directory (", r.source_of("model.path"), ")");
-    return load_llama_config(r.model.path);
+    return load_model_config(r.model.path);
   }
   if (r.model.config_name == "debug") {
     source = "model.config=debug";
@@ -80,7 +81,7 @@ LlamaConfig resolve_config(const Recipe& r, std::string& source) {
   }
   source = "model.config (" + r.source_of("model.config") + ")";
   nlohmann::json j = yaml_to_json(r.model.config);
-  LlamaConfig c = llama_config_from_json(j, "model.config (" + r.source_of("model.config") + ")");
+  LlamaConfig c = model_config_from_json(j, "model.config (" + r.source_of("model.config") + ")");
   c.validate("model.config");
   return c;
 }
@@ -130,11 +131,7 @@ Plan make_plan(const Recipe& r, int world) {
   p.mesh = MeshContext::from_yaml(r.distributed, world, r.source_of("distributed") + ": distributed");
   const int64_t tp = p.mesh.tp_size;
   const auto& c = p.config;
-  const int64_t kv = c.num_key_value_heads > 0 ? c.num_key_value_heads : c.num_attention_heads;
-  DTR_CHECK(c.num_attention_heads % tp == 0, "distributed.tp_size=", tp, " does not divide num_attention_heads=",
-            c.num_attention_heads, " (", p.model_source, ")");
-  DTR_CHECK(kv % tp == 0, "distributed.tp_size=", tp, " does not divide num_key_value_heads=", kv, " (",
-            p.model_source, ")");
+  check_tp_heads(c, tp, p.model_source);
   DTR_CHECK(p.mesh.ep_size == 1, "distributed.ep_size=", p.mesh.ep_size, ": ", p.model_source,
             " has no MoE block (dtr-train builds dense models only so far; use ep_size 1)");
   p.dp_size = p.mesh.dp_size;
@@ -272,7 +269,7 @@ std::shared_ptr<LlamaForCausalLM> build_model(const Recipe& r, const Plan& p) {
   const DType dt = r.model.dtype == "bf16" ? DType::bf16 : DType::f32;
   manual_seed(r.seed);
   std::shared_ptr<LlamaForCausalLM> model =
-      r.model.random() ? std::make_shared<LlamaForCausalLM>(p.config, dt) : load_llama(r.model.path, dt);
+      r.model.random() ? std::make_shared<LlamaForCausalLM>(p.config, dt) : load_model(r.model.path, dt);
   if (r.peft.enabled) {
     LoraConfig lc;
     lc.target_modules = r.peft.target_modules;

@@ -9,7 +9,7 @@
 #include "apps/train/recipe.h"
 #include "models/data/sample.h"
 #include "models/formats/hf_config.h"
-#include "models/llama/llama.h"
+#include "models/transformer/causal_lm.h"
 #include "parallel/mesh_context.h"
 
 namespace dtr::train {

@@ -13,7 +13,7 @@
 #include "apps/train/health.h"
 #include "apps/train/outputs.h"
 #include "apps/train/progress.h"
-#include "models/llama/flops.h"
+#include "models/transformer/flops.h"
 #include "apps/train/setup.h"
 #include "dtensor/api.h"
 #include "models/data/sampler.h"

@@ -1,6 +1,6 @@
 #pragma once
 // Hugging Face model directories: config.json + model.safetensors (or sharded with
-// model.safetensors.index.json). Import and export of a Llama checkpoint as a state dict.
+// model.safetensors.index.json). Import and export of a model checkpoint (any family) as a state dict.
 #include <string>
 
 #include "models/formats/hf_config.h"
@@ -10,13 +10,13 @@
 namespace dtr {
 
 struct HFCheckpoint {
-  LlamaConfig config;
+  ModelConfig config;
   safetensors::TensorMap state_dict;  // HF names, file dtypes
 };
 
-/// Loads config.json and every tensor of `dir`. Errors: see load_llama_config and
+/// Loads config.json and every tensor of `dir`. Errors: see load_model_config and
 /// safetensors::load_checkpoint; tensors whose shapes disagree with the config (for the
-/// standard Llama names) -> dtr::Error naming the tensor, both shapes and the directory.
+/// standard names of the family) -> dtr::Error naming the tensor, both shapes and the directory.
 HFCheckpoint load_hf_checkpoint(const std::string& dir, safetensors::LoadMode mode = safetensors::LoadMode::copy);
 
 /// Writes config.json and the weights (sharded above `max_shard_bytes`) into `dir`; with

@@ -4,39 +4,22 @@
 
 #include "models/formats/gguf.h"
 #include "models/formats/gguf_writer.h"
+#include "models/formats/json_keys.h"
 #include "models/formats/mapped_file.h"
+#include "models/transformer/family.h"
 #include "tensor/error.h"
 
 namespace dtr {
 
 using nlohmann::json;
 
-namespace {
+using namespace json_keys;
 
-int64_t req_int(const json& j, const char* key, const std::string& src) {
-  DTR_CHECK(j.contains(key), src, ": missing required key '", key, "'");
-  DTR_CHECK(j[key].is_number_integer(), src, ": key '", key, "' must be an integer, got ", j[key].dump());
-  return j[key].get<int64_t>();
-}
-int64_t opt_int(const json& j, const char* key, int64_t def, const std::string& src) {
-  if (!j.contains(key) || j[key].is_null()) return def;
-  DTR_CHECK(j[key].is_number_integer(), src, ": key '", key, "' must be an integer, got ", j[key].dump());
-  return j[key].get<int64_t>();
-}
-double opt_num(const json& j, const char* key, double def, const std::string& src) {
-  if (!j.contains(key) || j[key].is_null()) return def;
-  DTR_CHECK(j[key].is_number(), src, ": key '", key, "' must be a number, got ", j[key].dump());
-  return j[key].get<double>();
-}
-bool opt_bool(const json& j, const char* key, bool def, const std::string& src) {
-  if (!j.contains(key) || j[key].is_null()) return def;
-  DTR_CHECK(j[key].is_boolean(), src, ": key '", key, "' must be true or false, got ", j[key].dump());
-  return j[key].get<bool>();
+bool ModelConfig::is_sliding(int64_t i) const {
+  return i >= 0 && i < static_cast<int64_t>(layer_types.size()) && layer_types[i] == "sliding_attention";
 }
 
-}  // namespace
-
-void LlamaConfig::validate(const std::string& src) const {
+void ModelConfig::validate(const std::string& src) const {
   auto pos = [&](const char* k, int64_t v) { DTR_CHECK(v > 0, src, ": ", k, " = ", v, " must be positive"); };
   pos("vocab_size", vocab_size);
   pos("hidden_size", hidden_size);
@@ -50,12 +33,34 @@ void LlamaConfig::validate(const std::string& src) const {
             " does not divide num_attention_heads = ", num_attention_heads);
   DTR_CHECK(rms_norm_eps > 0, src, ": rms_norm_eps = ", rms_norm_eps, " must be positive");
   DTR_CHECK(rope_theta > 0, src, ": rope_theta = ", rope_theta, " must be positive");
-  DTR_CHECK(hidden_act == "silu", src, ": hidden_act = '", hidden_act, "' is not supported (only silu)");
+  DTR_CHECK(hidden_act == "silu" || hidden_act == "gelu_pytorch_tanh", src, ": hidden_act = '", hidden_act,
+            "' is not supported (silu, gelu_pytorch_tanh)");
+  DTR_CHECK(layer_types.empty() || static_cast<int64_t>(layer_types.size()) == num_hidden_layers, src,
+            ": layer_types has ", layer_types.size(), " entries but num_hidden_layers = ", num_hidden_layers);
+  bool sliding = false;
+  for (const auto& t : layer_types) {
+    DTR_CHECK(t == "full_attention" || t == "sliding_attention", src, ": layer_types entry '", t,
+              "' is not supported (full_attention, sliding_attention)");
+    sliding = sliding || t == "sliding_attention";
+  }
+  DTR_CHECK(sliding_window >= 0, src, ": sliding_window = ", sliding_window, " must not be negative");
+  DTR_CHECK(!sliding || sliding_window > 0, src, ": layer_types has sliding_attention layers but sliding_window = ",
+            sliding_window);
+  DTR_CHECK(!sliding || rope_local_base_freq > 0, src, ": rope_local_base_freq = ", rope_local_base_freq,
+            " must be positive");
+  DTR_CHECK(query_pre_attn_scalar >= 0, src, ": query_pre_attn_scalar = ", query_pre_attn_scalar,
+            " must not be negative");
+  DTR_CHECK(final_logit_softcapping >= 0, src, ": final_logit_softcapping = ", final_logit_softcapping,
+            " must not be negative");
+  DTR_CHECK(attn_logit_softcapping == 0, src, ": attn_logit_softcapping = ", attn_logit_softcapping,
+            " is not supported yet (attention logit soft-capping is not built)");
 }
 
-LlamaConfig llama_config_from_json(const json& j, const std::string& src) {
+ModelConfig model_config_from_json(const json& j, const std::string& src) {
   DTR_CHECK(j.is_object(), src, ": config is not a JSON object");
-  LlamaConfig c;
+  ModelConfig c;
+  c.model_type = opt_str(j, "model_type", "llama", src);
+  const ModelFamily& fam = model_family(c.model_type, src);
   c.vocab_size = req_int(j, "vocab_size", src);
   c.hidden_size = req_int(j, "hidden_size", src);
   c.intermediate_size = req_int(j, "intermediate_size", src);
@@ -63,10 +68,7 @@ LlamaConfig llama_config_from_json(const json& j, const std::string& src) {
   c.num_attention_heads = req_int(j, "num_attention_heads", src);
   c.num_key_value_heads = opt_int(j, "num_key_value_heads", c.num_attention_heads, src);
   DTR_CHECK(c.num_attention_heads > 0, src, ": num_attention_heads = ", c.num_attention_heads, " must be positive");
-  c.head_dim = opt_int(j, "head_dim", c.hidden_size / c.num_attention_heads, src);
-  if (!j.contains("head_dim"))
-    DTR_CHECK(c.hidden_size % c.num_attention_heads == 0, src, ": num_attention_heads = ", c.num_attention_heads,
-              " does not divide hidden_size = ", c.hidden_size, " (and there is no head_dim)");
+  c.head_dim = opt_int(j, "head_dim", 0, src);
   c.max_position_embeddings = opt_int(j, "max_position_embeddings", c.max_position_embeddings, src);
   c.rope_theta = opt_num(j, "rope_theta", c.rope_theta, src);
   // transformers >= 5 writes the RoPE base under rope_parameters.rope_theta.
@@ -78,6 +80,7 @@ LlamaConfig llama_config_from_json(const json& j, const std::string& src) {
   c.mlp_bias = opt_bool(j, "mlp_bias", false, src);
   if (j.contains("hidden_act") && j["hidden_act"].is_string()) c.hidden_act = j["hidden_act"].get<std::string>();
   if (j.contains("torch_dtype") && j["torch_dtype"].is_string()) c.torch_dtype = j["torch_dtype"].get<std::string>();
+  if (j.contains("dtype") && j["dtype"].is_string()) c.torch_dtype = j["dtype"].get<std::string>();  // transformers >= 5
   c.bos_token_id = opt_int(j, "bos_token_id", -1, src);
   c.pad_token_id = opt_int(j, "pad_token_id", -1, src);
   if (j.contains("eos_token_id") && !j["eos_token_id"].is_null()) {
@@ -91,8 +94,14 @@ LlamaConfig llama_config_from_json(const json& j, const std::string& src) {
       c.eos_token_ids.push_back(opt_int(j, "eos_token_id", -1, src));
     }
   }
-  if (j.contains("rope_scaling") && j["rope_scaling"].is_object()) {
-    const json& r = j["rope_scaling"];
+  // rope_scaling; transformers >= 5 folds it into rope_parameters (rope_type other than "default").
+  const json* rs = nullptr;
+  if (j.contains("rope_scaling") && j["rope_scaling"].is_object()) rs = &j["rope_scaling"];
+  else if (j.contains("rope_parameters") && j["rope_parameters"].is_object() &&
+           opt_str(j["rope_parameters"], "rope_type", "default", src + ": rope_parameters") != "default")
+    rs = &j["rope_parameters"];
+  if (rs) {
+    const json& r = *rs;
     const char* tk = r.contains("rope_type") ? "rope_type" : "type";
     DTR_CHECK(r.contains(tk) && r[tk].is_string(), src, ": rope_scaling needs a string 'rope_type'");
     c.rope_scaling.rope_type = r[tk].get<std::string>();
@@ -102,11 +111,25 @@ LlamaConfig llama_config_from_json(const json& j, const std::string& src) {
     c.rope_scaling.original_max_position_embeddings =
         opt_int(r, "original_max_position_embeddings", 0, src + " rope_scaling");
   }
+  c.sliding_window = opt_int(j, "sliding_window", 0, src);
+  if (j.contains("layer_types") && !j["layer_types"].is_null()) {
+    DTR_CHECK(j["layer_types"].is_array(), src, ": key 'layer_types' must be a list, got ", j["layer_types"].dump());
+    for (const auto& t : j["layer_types"]) {
+      DTR_CHECK(t.is_string(), src, ": key 'layer_types' must hold strings, got ", j["layer_types"].dump());
+      c.layer_types.push_back(t.get<std::string>());
+    }
+  }
+  if (fam.read_json) fam.read_json(j, c, src);
+  if (c.head_dim == 0) {
+    DTR_CHECK(c.hidden_size % c.num_attention_heads == 0, src, ": num_attention_heads = ", c.num_attention_heads,
+              " does not divide hidden_size = ", c.hidden_size, " (and there is no head_dim)");
+    c.head_dim = c.hidden_size / c.num_attention_heads;
+  }
   c.validate(src);
   return c;
 }
 
-LlamaConfig load_llama_config(const std::string& path) {
+ModelConfig load_model_config(const std::string& path) {
   std::string p = path;
   if (std::filesystem::is_directory(p)) p = (std::filesystem::path(p) / "config.json").string();
   const std::string text = read_file_to_string(p);
@@ -118,18 +141,22 @@ LlamaConfig load_llama_config(const std::string& path) {
   } catch (const json::exception& e) {  // e.g. out_of_range: a number too large for a double
     DTR_ERROR(p, ": JSON error: ", e.what());
   }
-  return llama_config_from_json(j, p);
+  return model_config_from_json(j, p);
 }
 
-LlamaConfig llama_config_from_gguf(const gguf::GGUFFile& g) {
+ModelConfig model_config_from_gguf(const gguf::GGUFFile& g) {
   const std::string arch = g.get_string("general.architecture", "");
   DTR_CHECK(!arch.empty(), g.path(), ": missing GGUF metadata key 'general.architecture'");
+  const ModelFamily* fam = model_family_for_gguf(g, arch);
+  DTR_CHECK(fam != nullptr, g.path(), ": GGUF architecture '", arch, "' is not supported (supported model types: ",
+            supported_model_types(), ")");
   const std::string p = arch + ".";
   auto req = [&](const std::string& k) {
     (void)g.get(p + k);  // throws naming the key when it is missing
     return g.get_int(p + k, 0);
   };
-  LlamaConfig c;
+  ModelConfig c;
+  c.model_type = fam->model_type;
   c.hidden_size = req("embedding_length");
   c.intermediate_size = req("feed_forward_length");
   c.num_hidden_layers = req("block_count");
@@ -140,6 +167,7 @@ LlamaConfig llama_config_from_gguf(const gguf::GGUFFile& g) {
   c.max_position_embeddings = g.get_int(p + "context_length", c.max_position_embeddings);
   c.rope_theta = g.get_float(p + "rope.freq_base", c.rope_theta);
   c.rms_norm_eps = g.get_float(p + "attention.layer_norm_rms_epsilon", 1e-5);
+  c.sliding_window = g.get_int(p + "attention.sliding_window", 0);
   if (g.has(p + "vocab_size")) {
     c.vocab_size = g.get_int(p + "vocab_size", 0);
   } else if (g.has("tokenizer.ggml.tokens")) {
@@ -162,41 +190,45 @@ LlamaConfig llama_config_from_gguf(const gguf::GGUFFile& g) {
     c.rope_scaling.factor = g.get_float(p + "rope.scaling.factor", 1.0);
     c.rope_scaling.original_max_position_embeddings = g.get_int(p + "rope.scaling.original_context_length", 0);
   }
+  if (fam->read_gguf) fam->read_gguf(g, p, c);
   c.validate(g.path());
   return c;
 }
 
-void llama_config_to_gguf(const LlamaConfig& c, gguf::GGUFWriter& w) {
-  DTR_CHECK(!c.mlp_bias, "llama_config_to_gguf: mlp_bias = true has no llama GGUF form");
-  using gguf::ValueType;
-  w.add_string("general.architecture", "llama");
-  w.add_u32("llama.vocab_size", static_cast<uint32_t>(c.vocab_size));
-  w.add_u32("llama.context_length", static_cast<uint32_t>(c.max_position_embeddings));
-  w.add_u32("llama.embedding_length", static_cast<uint32_t>(c.hidden_size));
-  w.add_u32("llama.feed_forward_length", static_cast<uint32_t>(c.intermediate_size));
-  w.add_u32("llama.block_count", static_cast<uint32_t>(c.num_hidden_layers));
-  w.add_u32("llama.attention.head_count", static_cast<uint32_t>(c.num_attention_heads));
-  w.add_u32("llama.attention.head_count_kv", static_cast<uint32_t>(c.num_key_value_heads));
-  w.add_f32("llama.rope.freq_base", static_cast<float>(c.rope_theta));
-  w.add_f32("llama.attention.layer_norm_rms_epsilon", static_cast<float>(c.rms_norm_eps));
-  w.add_u32("llama.rope.dimension_count", static_cast<uint32_t>(c.head_dim));
+void model_config_to_gguf(const ModelConfig& c, gguf::GGUFWriter& w) {
+  const ModelFamily& fam = model_family(c.model_type);
+  const std::string p = fam.gguf_architecture + ".";
+  w.add_string("general.architecture", fam.gguf_architecture);
+  w.add_u32(p + "vocab_size", static_cast<uint32_t>(c.vocab_size));
+  w.add_u32(p + "context_length", static_cast<uint32_t>(c.max_position_embeddings));
+  w.add_u32(p + "embedding_length", static_cast<uint32_t>(c.hidden_size));
+  w.add_u32(p + "feed_forward_length", static_cast<uint32_t>(c.intermediate_size));
+  w.add_u32(p + "block_count", static_cast<uint32_t>(c.num_hidden_layers));
+  w.add_u32(p + "attention.head_count", static_cast<uint32_t>(c.num_attention_heads));
+  w.add_u32(p + "attention.head_count_kv", static_cast<uint32_t>(c.num_key_value_heads));
+  w.add_f32(p + "rope.freq_base", static_cast<float>(c.rope_theta));
+  w.add_f32(p + "attention.layer_norm_rms_epsilon", static_cast<float>(c.rms_norm_eps));
+  w.add_u32(p + "rope.dimension_count", static_cast<uint32_t>(c.head_dim));
   if (c.head_dim * c.num_attention_heads != c.hidden_size) {
-    w.add_u32("llama.attention.key_length", static_cast<uint32_t>(c.head_dim));
-    w.add_u32("llama.attention.value_length", static_cast<uint32_t>(c.head_dim));
+    w.add_u32(p + "attention.key_length", static_cast<uint32_t>(c.head_dim));
+    w.add_u32(p + "attention.value_length", static_cast<uint32_t>(c.head_dim));
   }
+  if (c.sliding_window > 0) w.add_u32(p + "attention.sliding_window", static_cast<uint32_t>(c.sliding_window));
   if (!c.rope_scaling.rope_type.empty()) {
-    w.add_string("llama.rope.scaling.type", c.rope_scaling.rope_type);
-    w.add_f32("llama.rope.scaling.factor", static_cast<float>(c.rope_scaling.factor));
+    w.add_string(p + "rope.scaling.type", c.rope_scaling.rope_type);
+    w.add_f32(p + "rope.scaling.factor", static_cast<float>(c.rope_scaling.factor));
     if (c.rope_scaling.original_max_position_embeddings > 0)
-      w.add_u32("llama.rope.scaling.original_context_length",
+      w.add_u32(p + "rope.scaling.original_context_length",
                 static_cast<uint32_t>(c.rope_scaling.original_max_position_embeddings));
   }
+  if (fam.write_gguf) fam.write_gguf(c, p, w);
 }
 
-json to_json(const LlamaConfig& c) {
+json to_json(const ModelConfig& c) {
+  const ModelFamily& fam = model_family(c.model_type);
   json j = {
-      {"architectures", {"LlamaForCausalLM"}},
-      {"model_type", "llama"},
+      {"architectures", {fam.class_prefix + "ForCausalLM"}},
+      {"model_type", c.model_type},
       {"vocab_size", c.vocab_size},
       {"hidden_size", c.hidden_size},
       {"intermediate_size", c.intermediate_size},
@@ -208,12 +240,9 @@ json to_json(const LlamaConfig& c) {
       {"rope_theta", c.rope_theta},
       {"rms_norm_eps", c.rms_norm_eps},
       {"tie_word_embeddings", c.tie_word_embeddings},
-      {"attention_bias", c.attention_bias},
       {"attention_dropout", 0.0},
-      {"mlp_bias", c.mlp_bias},
       {"hidden_act", c.hidden_act},
       {"initializer_range", 0.02},
-      {"pretraining_tp", 1},
       {"use_cache", true},
       {"torch_dtype", c.torch_dtype},
   };
@@ -234,10 +263,11 @@ json to_json(const LlamaConfig& c) {
       r["original_max_position_embeddings"] = c.rope_scaling.original_max_position_embeddings;
     j["rope_scaling"] = r;
   }
+  if (fam.write_json) fam.write_json(c, j);
   return j;
 }
 
-void save_llama_config(const LlamaConfig& c, const std::string& path) {
+void save_model_config(const ModelConfig& c, const std::string& path) {
   const std::string s = to_json(c).dump(2) + "\n";
   AtomicFileWriter w(path);
   w.write(s.data(), s.size());

@@ -10,7 +10,7 @@
 
 #include "models/formats/mapped_file.h"
 #include "models/formats/safetensors.h"
-#include "models/llama/load.h"
+#include "models/transformer/load.h"
 #include "models/lora/module_matcher.h"
 #include "tensor/autograd/grad_mode.h"
 #include "tensor/ops.h"
@@ -216,6 +216,6 @@ std::vector<std::string> load_peft_adapter(nn::Module& model, const std::string&
   return adapted;
 }
 
-void save_merged_model(LlamaForCausalLM& model, const std::string& dir) { save_llama_hf(model, dir); }
+void save_merged_model(CausalLM& model, const std::string& dir) { save_model_hf(model, dir); }
 
 }  // namespace dtr

@@ -14,7 +14,7 @@
 #include <string>
 #include <vector>
 
-#include "models/llama/llama.h"
+#include "models/transformer/causal_lm.h"
 #include "models/lora/inject.h"
 
 namespace dtr {
@@ -54,7 +54,7 @@ void save_peft_adapter(nn::Module& model, const std::string& dir, const std::str
 std::vector<std::string> load_peft_adapter(nn::Module& model, const std::string& dir);
 
 /// Merged export: a Hugging Face directory with every LoRA update merged into its base
-/// weight and no lora keys (save_llama_hf; the model is unchanged).
-void save_merged_model(LlamaForCausalLM& model, const std::string& dir);
+/// weight and no lora keys (save_model_hf; the model is unchanged).
+void save_merged_model(CausalLM& model, const std::string& dir);
 
 }  // namespace dtr

@@ -5,12 +5,12 @@
 
 namespace dtr::nn {
 
-RMSNorm::RMSNorm(int64_t d, double e, DType dtype) : dim(d), eps(e) {
+RMSNorm::RMSNorm(int64_t d, double e, DType dtype, bool off) : dim(d), eps(e), offset(off) {
   DTR_CHECK(d >= 0, "RMSNorm: negative dim ", d);
   DTR_CHECK(e >= 0, "RMSNorm: negative eps ", e);
-  register_parameter("weight", ones({d}, TensorOptions(dtype)));
+  register_parameter("weight", off ? zeros({d}, TensorOptions(dtype)) : ones({d}, TensorOptions(dtype)));
 }
 
-Tensor RMSNorm::forward(const Tensor& x) { return rms_norm(x, weight(), eps); }
+Tensor RMSNorm::forward(const Tensor& x) { return rms_norm(x, offset ? add(weight(), 1.0) : weight(), eps); }
 
 }  // namespace dtr::nn

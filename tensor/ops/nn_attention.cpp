@@ -5,6 +5,9 @@
 // (Flash-attention 2 backward) -> {dq, dk, dv}; dk/dv sum over the query heads of a group.
 // Causal mask: key j is visible from query i when j <= i + (S - T) (bottom-right aligned, the
 // KV-cache convention of Hugging Face / flash-attn); a query row that sees no key outputs 0.
+// Sliding window w > 0 (causal only): key j is visible from query i when also
+// j > i + (S - T) - w, i.e. a query sees itself and the w - 1 keys before it (Mistral / Gemma;
+// transformers' sliding_window_overlay: kv_idx > q_idx - sliding_window).
 // Source: Dao et al. 2022 (FlashAttention), Dao 2023 (FlashAttention-2); GQA: Ainslie et al. 2023.
 #include <cmath>
 
@@ -15,7 +18,7 @@
 namespace dtr {
 
 Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tensor& v, bool is_causal,
-                                    std::optional<double> scale) {
+                                    std::optional<double> scale, int64_t window) {
   DTR_CHECK(q.dim() == 4 && k.dim() == 4 && v.dim() == 4, "scaled_dot_product_attention: expected q [B, Hq, T, D], ",
             "k/v [B, Hkv, S, D], got q ", q.sizes(), ", k ", k.sizes(), ", v ", v.sizes());
   DTR_CHECK(is_floating(q.dtype()) && q.dtype() == k.dtype() && q.dtype() == v.dtype(),
@@ -29,18 +32,20 @@ Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tens
             " (k ", k.sizes(), ", v ", v.sizes(), ")");
   DTR_CHECK(k.sizes()[3] == D && v.sizes()[2] == S, "scaled_dot_product_attention: shape mismatch: q ", q.sizes(),
             ", k ", k.sizes(), ", v ", v.sizes(), " (need k's head dim = q's and k, v of equal length)");
+  DTR_CHECK(window >= 0 && (window == 0 || is_causal), "scaled_dot_product_attention: a sliding window (",
+            window, ") needs is_causal and must not be negative");
   const double sc = scale ? *scale : 1.0 / std::sqrt(static_cast<double>(D));
   static const OpDef* op = op_def("sdpa");
-  std::vector<Tensor> outs = dispatch(OpCall{op, {q, k, v}, {is_causal, sc}});
+  std::vector<Tensor> outs = dispatch(OpCall{op, {q, k, v}, {is_causal, sc, window}});
   Tensor out = outs[0];
   if (needs_grad({q, k, v})) {
     record("sdpa", {q, k, v}, out,
            [sq = SavedTensor(q), sk = SavedTensor(k), sv = SavedTensor(v), so = SavedTensor(out.detach()),
-            sl = SavedTensor(outs[1]), is_causal, sc](const std::vector<Tensor>& g, const std::vector<bool>&) {
+            sl = SavedTensor(outs[1]), is_causal, sc, window](const std::vector<Tensor>& g, const std::vector<bool>&) {
              static const OpDef* bw = op_def("sdpa_backward");
              const char* nm = "scaled_dot_product_attention";
              return dispatch(OpCall{bw, {g[0], sq.get(nm), sk.get(nm), sv.get(nm), so.get(nm), sl.get(nm)},
-                                    {is_causal, sc}});
+                                    {is_causal, sc, window}});
            });
   }
   return out;

@@ -5,8 +5,8 @@
 #include <yaml-cpp/yaml.h>
 
 #include "gradcheck.h"
-#include "models/llama/llama.h"
-#include "models/llama/llama_parallelizer.h"
+#include "models/transformer/causal_lm.h"
+#include "models/transformer/parallelizer.h"
 #include "models/lora/inject.h"
 #include "runtime/env.h"
 #include "tensor/autograd/grad_mode.h"
@@ -83,7 +83,13 @@ TEST_CASE("Llama parallelizer checks heads against tp", "[llama][tp]") {
   LlamaParallelizer p;
   p.validate_tp_mesh(*m, 2);
   CHECK_THROWS_WITH(p.validate_tp_mesh(*m, 3), Catch::Contains("tp_size=3") && Catch::Contains("num_attention_heads=4"));
-  CHECK_THROWS_WITH(p.validate_tp_mesh(*m, 4), Catch::Contains("num_key_value_heads=2"));
+  p.validate_tp_mesh(*m, 4);  // 2 kv heads over 4 ranks: each kv head replicated on 2 ranks
+  ModelConfig c = llama_debug_config();
+  c.num_attention_heads = 12;  // hidden 64 with head_dim 16 given explicitly
+  c.num_key_value_heads = 4;
+  CHECK_THROWS_WITH(check_tp_heads(c, 6, "test"), Catch::Contains("num_key_value_heads=4") && Catch::Contains("tp_size=6"));
+  check_tp_heads(c, 2, "test");
+  check_tp_heads(c, 12, "test");
   CHECK(parallelizer_for(*m) != nullptr);
 }
 

@@ -23,7 +23,7 @@ const char* kSmolConfig = R"({
 }  // namespace
 
 TEST_CASE("LlamaConfig from config.json", "[hf_config]") {
-  LlamaConfig c = llama_config_from_json(nlohmann::json::parse(kSmolConfig), "config.json");
+  LlamaConfig c = model_config_from_json(nlohmann::json::parse(kSmolConfig), "config.json");
   CHECK(c.hidden_size == 576);
   CHECK(c.intermediate_size == 1536);
   CHECK(c.num_hidden_layers == 30);
@@ -41,8 +41,8 @@ TEST_CASE("LlamaConfig from config.json", "[hf_config]") {
 
   // to_json -> from_json round trip, through a file
   test::TempDir dir("hf_config");
-  save_llama_config(c, dir.file("config.json"));
-  LlamaConfig d = load_llama_config(dir.path.string());
+  save_model_config(c, dir.file("config.json"));
+  LlamaConfig d = load_model_config(dir.path.string());
   CHECK(to_json(d) == to_json(c));
 }
 
@@ -50,24 +50,24 @@ TEST_CASE("config.json errors name the key and the file", "[hf_config][errors]")
   auto j = nlohmann::json::parse(kSmolConfig);
   SECTION("missing required key") {
     j.erase("num_hidden_layers");
-    REQUIRE_THROWS_WITH(llama_config_from_json(j, "m/config.json"),
+    REQUIRE_THROWS_WITH(model_config_from_json(j, "m/config.json"),
                         Contains("m/config.json") && Contains("'num_hidden_layers'"));
   }
   SECTION("wrong type") {
     j["hidden_size"] = "576";
-    REQUIRE_THROWS_WITH(llama_config_from_json(j, "x"), Contains("'hidden_size'") && Contains("integer"));
+    REQUIRE_THROWS_WITH(model_config_from_json(j, "x"), Contains("'hidden_size'") && Contains("integer"));
   }
   SECTION("kv heads do not divide heads") {
     j["num_key_value_heads"] = 4;
-    REQUIRE_THROWS_WITH(llama_config_from_json(j, "x"), Contains("num_key_value_heads = 4"));
+    REQUIRE_THROWS_WITH(model_config_from_json(j, "x"), Contains("num_key_value_heads = 4"));
   }
   SECTION("missing file") {
-    REQUIRE_THROWS_WITH(load_llama_config("/nonexistent/config.json"), Contains("/nonexistent/config.json"));
+    REQUIRE_THROWS_WITH(load_model_config("/nonexistent/config.json"), Contains("/nonexistent/config.json"));
   }
   SECTION("bad JSON") {
     test::TempDir dir("hf_config_bad");
     test::write_bytes(dir.file("config.json"), "{\"a\": ");
-    REQUIRE_THROWS_WITH(load_llama_config(dir.file("config.json")), Contains("JSON error"));
+    REQUIRE_THROWS_WITH(load_model_config(dir.file("config.json")), Contains("JSON error"));
   }
 }
 
@@ -88,7 +88,7 @@ TEST_CASE("LlamaConfig from GGUF metadata", "[hf_config][gguf]") {
   w.add_u32("tokenizer.ggml.eos_token_id", 1);
   test::TempDir dir("hf_config_gguf");
   w.write(dir.file("m.gguf"));
-  LlamaConfig c = llama_config_from_gguf(GGUFFile::open(dir.file("m.gguf")));
+  LlamaConfig c = model_config_from_gguf(GGUFFile::open(dir.file("m.gguf")));
   CHECK(c.hidden_size == 64);
   CHECK(c.intermediate_size == 160);
   CHECK(c.num_hidden_layers == 2);
@@ -107,7 +107,7 @@ TEST_CASE("LlamaConfig from GGUF metadata", "[hf_config][gguf]") {
   w2.add_string("general.architecture", "llama");
   w2.add_u32("llama.embedding_length", 64);
   w2.write(dir.file("bad.gguf"));
-  REQUIRE_THROWS_WITH(llama_config_from_gguf(GGUFFile::open(dir.file("bad.gguf"))),
+  REQUIRE_THROWS_WITH(model_config_from_gguf(GGUFFile::open(dir.file("bad.gguf"))),
                       Contains("bad.gguf") && Contains("llama.feed_forward_length"));
 }
 
@@ -117,8 +117,8 @@ TEST_CASE("real SmolLM2 GGUF config", "[hf_config][real]") {
     WARN("SKIP: " << path << " is absent (run scripts/fetch-model.sh)");
     return;
   }
-  LlamaConfig c = llama_config_from_gguf(gguf::GGUFFile::open(path));
-  LlamaConfig ref = llama_config_from_json(nlohmann::json::parse(kSmolConfig), "ref");
+  LlamaConfig c = model_config_from_gguf(gguf::GGUFFile::open(path));
+  LlamaConfig ref = model_config_from_json(nlohmann::json::parse(kSmolConfig), "ref");
   CHECK(c.hidden_size == ref.hidden_size);
   CHECK(c.intermediate_size == ref.intermediate_size);
   CHECK(c.num_hidden_layers == ref.num_hidden_layers);
@@ -138,5 +138,5 @@ TEST_CASE("transformers 5 config.json: rope_theta under rope_parameters", "[hf_c
   nlohmann::json j = nlohmann::json::parse(
       R"({"hidden_size": 64, "intermediate_size": 96, "num_hidden_layers": 2, "num_attention_heads": 4,
           "vocab_size": 128, "rope_parameters": {"rope_theta": 100000.0, "rope_type": "default"}})");
-  CHECK(llama_config_from_json(j, "config.json").rope_theta == 100000.0);
+  CHECK(model_config_from_json(j, "config.json").rope_theta == 100000.0);
 }

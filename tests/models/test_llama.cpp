@@ -9,7 +9,7 @@
 
 #include "gradcheck.h"
 #include "models/formats/safetensors.h"
-#include "models/llama/load.h"
+#include "models/transformer/load.h"
 #include "tensor/random.h"
 #include "test_util.h"
 
@@ -87,10 +87,10 @@ TEST_CASE("Llama: tied embeddings share one tensor") {
   CHECK(n == 0);  // named_parameters lists the tensor once, under its first name
   // Export omits lm_head (as HF does) and import re-ties.
   dtr::test::TempDir dir("llama_tied");
-  save_llama_hf(m, dir.path.string());
+  save_model_hf(m, dir.path.string());
   auto keys = safetensors::SafetensorsFile::open(dir.file("model.safetensors")).keys();
   CHECK(std::find(keys.begin(), keys.end(), "lm_head.weight") == keys.end());
-  auto m2 = load_llama_hf(dir.path.string());
+  auto m2 = load_model_hf(dir.path.string());
   CHECK(m2->tied());
   CHECK(m2->get_parameter("lm_head.weight").is_same(m2->get_parameter("model.embed_tokens.weight")));
   Tensor ids = from_vector(std::vector<int64_t>{1, 2, 3, 4}, {1, 4});
@@ -130,7 +130,7 @@ TEST_CASE("causal_lm_loss: shift, ignore_index, unshifted form") {
 
 TEST_CASE("Llama debug model matches transformers: logits, loss, gradients") {
   auto j = fixture();
-  auto m = load_llama_hf(kDebugDir);
+  auto m = load_model_hf(kDebugDir);
   m->eval();
   CHECK_FALSE(m->tied());
   const Tensor ids = ids_tensor(j["input_ids"]);
@@ -161,33 +161,33 @@ TEST_CASE("Llama debug model matches transformers: logits, loss, gradients") {
 }
 
 TEST_CASE("Llama: HF export / import round trip is bit-exact, sharded too") {
-  auto m = load_llama_hf(kDebugDir);
+  auto m = load_model_hf(kDebugDir);
   dtr::test::TempDir dir("llama_rt");
-  save_llama_hf(*m, dir.file("one"));
-  save_llama_hf(*m, dir.file("sharded"), /*max_shard_bytes=*/100'000);
+  save_model_hf(*m, dir.file("one"));
+  save_model_hf(*m, dir.file("sharded"), /*max_shard_bytes=*/100'000);
   CHECK(std::filesystem::exists(dir.file("sharded/model.safetensors.index.json")));
   Tensor ids = from_vector(std::vector<int64_t>{3, 1, 4, 1, 5, 9, 2, 6}, {2, 4});
   const Tensor ref = m->forward(ids);
   for (const char* sub : {"one", "sharded"}) {
-    auto m2 = load_llama_hf(dir.file(sub));
+    auto m2 = load_model_hf(dir.file(sub));
     for (auto& [k, t] : m->state_dict()) CHECK(max_abs_diff(m2->get_parameter(k), t) == 0.0);
     CHECK(max_abs_diff(m2->forward(ids), ref) == 0.0);
   }
 }
 
 TEST_CASE("Llama: load errors name the directory and the key") {
-  auto m = load_llama_hf(kDebugDir);
+  auto m = load_model_hf(kDebugDir);
   dtr::test::TempDir dir("llama_bad");
   auto sd = safetensors::load_file(std::string(kDebugDir) + "/model.safetensors");
   sd.erase("model.layers.1.mlp.up_proj.weight");
   std::filesystem::copy_file(std::string(kDebugDir) + "/config.json", dir.file("config.json"));
   safetensors::save_file(sd, dir.file("model.safetensors"));
-  CHECK_THROWS_WITH(load_llama_hf(dir.path.string()),
+  CHECK_THROWS_WITH(load_model_hf(dir.path.string()),
                     Catch::Contains(dir.path.string()) && Catch::Contains("model.layers.1.mlp.up_proj.weight"));
   sd = safetensors::load_file(std::string(kDebugDir) + "/model.safetensors");
   sd["model.norm.weight"] = zeros({63});
   safetensors::save_file(sd, dir.file("model.safetensors"));
-  CHECK_THROWS_WITH(load_llama_hf(dir.path.string()), Catch::Contains("model.norm.weight"));
+  CHECK_THROWS_WITH(load_model_hf(dir.path.string()), Catch::Contains("model.norm.weight"));
   Tensor bad = from_vector(std::vector<float>{1, 2}, {1, 2});
   CHECK_THROWS_WITH(m->forward(bad), Catch::Contains("input_ids"));
 }

@@ -6,8 +6,8 @@
 
 #include "gradcheck.h"
 #include "models/formats/gguf.h"
-#include "models/llama/convert.h"
-#include "models/llama/load.h"
+#include "models/transformer/convert.h"
+#include "models/transformer/load.h"
 #include "models/lora/inject.h"
 #include "models/lora/peft.h"
 #include "models/tokenizer/bpe_tokenizer.h"
@@ -22,7 +22,7 @@ TEST_CASE("merge-adapter: merged HF directory equals base + adapter", "[convert]
   fs::remove_all(tmp);
   manual_seed(5);
   auto base = std::make_shared<LlamaForCausalLM>(llama_debug_config());
-  save_llama_hf(*base, (tmp / "base").string());
+  save_model_hf(*base, (tmp / "base").string());
   LoraConfig lc;
   lc.options.r = 4;
   apply_lora(*base, lc);
@@ -36,7 +36,7 @@ TEST_CASE("merge-adapter: merged HF directory equals base + adapter", "[convert]
   base->eval();
   Tensor want = base->call(ids);
   merge_adapter_to_hf((tmp / "base").string(), (tmp / "adapter").string(), (tmp / "merged").string());
-  auto merged = load_llama_hf((tmp / "merged").string());
+  auto merged = load_model_hf((tmp / "merged").string());
   merged->eval();
   CHECK(dtr::testing::max_abs_diff(merged->call(ids), want) < 1e-5);
   fs::remove_all(tmp);
@@ -53,8 +53,8 @@ TEST_CASE("gguf-to-hf: the HF directory reloads to the same model and tokenizer"
   convert_gguf_to_hf(path, out.string());
   for (const char* f : {"config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json"})
     CHECK(fs::exists(out / f));
-  auto a = load_llama_gguf(path);
-  auto b = load_llama_hf(out.string());
+  auto a = load_model_gguf(path);
+  auto b = load_model_hf(out.string());
   const auto tok_a = tokenizer::BPETokenizer::from_gguf(gguf::GGUFFile::open(path));
   const auto tok_b = tokenizer::BPETokenizer::from_hf_file((out / "tokenizer.json").string());
   const std::string text = "What is Perl's motto? There's more than one way to do it.";

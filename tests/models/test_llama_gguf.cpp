@@ -10,7 +10,7 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 
-#include "models/llama/load.h"
+#include "models/transformer/load.h"
 #include "tensor/autograd/grad_mode.h"
 #include "tensor/ops.h"
 
@@ -43,7 +43,7 @@ TEST_CASE("SmolLM2-135M GGUF matches transformers: top-10 logits and loss") {
   std::ifstream in("tests/golden/smollm2_logits.json");
   REQUIRE(in.good());
   const auto j = nlohmann::json::parse(in);
-  auto m = load_llama_gguf(kModel);
+  auto m = load_model_gguf(kModel);
   m->eval();
   const LlamaConfig& c = m->config();
   CHECK(c.num_hidden_layers == 30);

@@ -4,7 +4,7 @@
 #include <filesystem>
 #include <nlohmann/json.hpp>
 
-#include "models/formats/llama_gguf_names.h"
+#include "models/transformer/gguf_names.h"
 #include "models/test_util.h"
 
 using namespace dtr;
@@ -47,8 +47,8 @@ TEST_CASE("real SmolLM2 GGUF loads as an HF state dict", "[gguf][names][real]") 
     return;
   }
   const gguf::GGUFFile g = gguf::GGUFFile::open(path);
-  const LlamaConfig c = llama_config_from_gguf(g);
-  const auto sd = load_gguf_llama_state_dict(g, c);
+  const LlamaConfig c = model_config_from_gguf(g);
+  const auto sd = load_gguf_state_dict(g, c);
   CHECK(sd.size() == 2 + 9 * 30);  // embed + norm + 9 per layer, lm_head tied
   CHECK(sd.count("lm_head.weight") == 0);
   CHECK(sd.at("model.layers.0.self_attn.q_proj.weight").sizes() == Shape{576, 576});

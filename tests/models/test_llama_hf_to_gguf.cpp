@@ -9,11 +9,11 @@
 
 #include "models/formats/gguf.h"
 #include "models/formats/hf_config.h"
-#include "models/formats/llama_gguf_names.h"
+#include "models/transformer/gguf_names.h"
 #include "models/formats/qk_permute.h"
 #include "models/formats/sharded_checkpoint.h"
-#include "models/llama/convert.h"
-#include "models/llama/load.h"
+#include "models/transformer/convert.h"
+#include "models/transformer/load.h"
 #include "models/tokenizer/bpe_tokenizer.h"
 #include "models/tokenizer/byte_level.h"
 #include "tensor/random.h"
@@ -69,7 +69,7 @@ LlamaConfig write_debug_hf(const std::string& dir, bool tied, uint64_t max_shard
   c.tie_word_embeddings = tied;
   manual_seed(tied ? 11 : 12);
   LlamaForCausalLM model(c);
-  save_llama_hf(model, dir, max_shard_bytes);
+  save_model_hf(model, dir, max_shard_bytes);
   tokenizer::save_hf_tokenizer(tokenizer::BPETokenizer(debug_vocab()), dir, kChatTemplate);
   return c;
 }
@@ -121,7 +121,7 @@ TEST_CASE("hf-to-gguf: metadata, names, types and Q/K order of the written GGUF"
   CHECK(g.get_int("tokenizer.ggml.bos_token_id", -1) == 261);
   CHECK(g.get_int("tokenizer.ggml.eos_token_id", -1) == 262);
   CHECK(g.get_string("tokenizer.chat_template", "") == kChatTemplate);
-  check_same_config(c, llama_config_from_gguf(g));
+  check_same_config(c, model_config_from_gguf(g));
   // 9 tensors per layer + token_embd + output_norm + output, all F32.
   CHECK(g.tensors().size() == 9 * 2 + 3);
   for (const auto& ti : g.tensors()) CHECK(ti.type == static_cast<uint32_t>(gguf::GGMLType::F32));
@@ -152,7 +152,7 @@ TEST_CASE("hf-to-gguf: HF -> GGUF (f32) -> HF is bit-exact", "[convert][hf_to_gg
       REQUIRE(b.count(name));
       CHECK(bit_equal(x, b.at(name)));
     }
-    check_same_config(load_llama_config(t / "hf"), load_llama_config(t / "back"));
+    check_same_config(load_model_config(t / "hf"), load_model_config(t / "back"));
     const auto ta = tokenizer::BPETokenizer::from_hf_file(t / "hf/tokenizer.json");
     const auto tb = tokenizer::BPETokenizer::from_hf_file(t / "back/tokenizer.json");
     check_same_tokenizer(ta, tb);
@@ -170,7 +170,7 @@ TEST_CASE("hf-to-gguf: f16 / bf16 round 2-D weights, keep norms f32", "[convert]
     convert_hf_to_gguf(t / "hf", t / "m.gguf", out);
     const auto g = gguf::GGUFFile::open(t / "m.gguf");
     CHECK(g.get_int("general.file_type", -1) == (out == GGUFOutType::f16 ? 1 : 32));
-    const auto sd = load_gguf_llama_state_dict(g, c);
+    const auto sd = load_gguf_state_dict(g, c);
     for (const auto& [name, x] : hf) {
       INFO(name);
       const auto& ti = g.tensor_info(hf_to_gguf_name(name));
@@ -214,9 +214,9 @@ TEST_CASE("hf-to-gguf: real GGUF -> HF -> GGUF (f32) loads to the same model and
   convert_gguf_to_hf(path, t / "hf");
   convert_hf_to_gguf(t / "hf", t / "back.gguf");
   const auto g1 = gguf::GGUFFile::open(path), g2 = gguf::GGUFFile::open(t / "back.gguf");
-  const LlamaConfig c1 = llama_config_from_gguf(g1), c2 = llama_config_from_gguf(g2);
+  const LlamaConfig c1 = model_config_from_gguf(g1), c2 = model_config_from_gguf(g2);
   CHECK(to_json(c1) == to_json(c2));
-  const auto a = load_gguf_llama_state_dict(g1, c1), b = load_gguf_llama_state_dict(g2, c2);
+  const auto a = load_gguf_state_dict(g1, c1), b = load_gguf_state_dict(g2, c2);
   REQUIRE(a.size() == b.size());
   for (const auto& [name, x] : a) {
     INFO(name);

@@ -3,7 +3,7 @@
 #include <catch2/catch.hpp>
 
 #include "gradcheck.h"
-#include "models/llama/llama.h"
+#include "models/transformer/causal_lm.h"
 #include "tensor/autograd/grad_mode.h"
 #include "tensor/random.h"
 

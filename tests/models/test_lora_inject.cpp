@@ -3,7 +3,7 @@
 #include <catch2/catch.hpp>
 
 #include "gradcheck.h"
-#include "models/llama/llama.h"
+#include "models/transformer/causal_lm.h"
 #include "models/lora/inject.h"
 #include "tensor/random.h"
 

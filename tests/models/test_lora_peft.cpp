@@ -12,7 +12,7 @@
 
 #include "gradcheck.h"
 #include "models/formats/safetensors.h"
-#include "models/llama/load.h"
+#include "models/transformer/load.h"
 #include "models/lora/peft.h"
 #include "tensor/autograd/grad_mode.h"
 #include "test_util.h"
@@ -66,7 +66,7 @@ void set_fixture_values(nn::Module& m) {
 }
 
 std::shared_ptr<LlamaForCausalLM> lora_model(bool rslora) {
-  auto m = load_llama_hf(kDebugDir);
+  auto m = load_model_hf(kDebugDir);
   m->eval();
   LoraConfig cfg;  // default targets *_proj = q,k,v,o,gate,up,down (PEFT fixture's list)
   cfg.options.r = 4;
@@ -134,7 +134,7 @@ TEST_CASE("load_peft_adapter: PEFT's adapter gives PEFT's logits; dtr's own roun
   auto j = fixture();
   const Tensor ids = fixture_ids(j);
   {
-    auto m = load_llama_hf(kDebugDir);
+    auto m = load_model_hf(kDebugDir);
     m->eval();
     auto adapted = load_peft_adapter(*m, kPeftDir);
     CHECK(adapted.size() == 14);
@@ -146,7 +146,7 @@ TEST_CASE("load_peft_adapter: PEFT's adapter gives PEFT's logits; dtr's own roun
   const Tensor ref = m->forward(ids);
   dtr::test::TempDir dir("peft_rt");
   save_peft_adapter(*m, dir.path.string());
-  auto m2 = load_llama_hf(kDebugDir);
+  auto m2 = load_model_hf(kDebugDir);
   m2->eval();
   load_peft_adapter(*m2, dir.path.string());
   CHECK(lora_modules(*m2).front().second->options().use_rslora);
@@ -164,7 +164,7 @@ TEST_CASE("merged export: HF directory without lora keys, same logits") {
   CHECK_FALSE(lora_modules(*m).front().second->merged());  // the model is unchanged
   auto f = safetensors::SafetensorsFile::open(dir.file("model.safetensors"));
   for (const auto& k : f.keys()) CHECK(k.find("lora") == std::string::npos);
-  auto merged = load_llama_hf(dir.path.string());
+  auto merged = load_model_hf(dir.path.string());
   merged->eval();
   const double d = max_abs_diff(merged->forward(ids), ref);
   CHECK(d < kLogitTol);
@@ -172,7 +172,7 @@ TEST_CASE("merged export: HF directory without lora keys, same logits") {
 }
 
 TEST_CASE("PEFT target_modules: regex form when short names would select too much") {
-  auto m = load_llama_hf(kDebugDir);
+  auto m = load_model_hf(kDebugDir);
   LoraConfig cfg;
   cfg.target_modules = {"model.layers.0.self_attn.q_proj", "model.layers.1.mlp.down_proj"};
   cfg.options.r = 2;
@@ -183,7 +183,7 @@ TEST_CASE("PEFT target_modules: regex form when short names would select too muc
   REQUIRE(c["target_modules"].is_string());
   CHECK(c["target_modules"].get<std::string>() ==
         "(model\\.layers\\.0\\.self_attn\\.q_proj|model\\.layers\\.1\\.mlp\\.down_proj)");
-  auto m2 = load_llama_hf(kDebugDir);
+  auto m2 = load_model_hf(kDebugDir);
   CHECK(load_peft_adapter(*m2, dir.path.string()) == cfg.target_modules);
 }
 
@@ -193,7 +193,7 @@ TEST_CASE("PEFT: bad adapter configs and files") {
   save_peft_adapter(*m, dir.path.string());
   auto c = read_json(dir.file("adapter_config.json"));
   auto write = [&](const nlohmann::json& x) { std::ofstream(dir.file("adapter_config.json")) << x.dump(); };
-  auto fresh = [] { return load_llama_hf(kDebugDir); };
+  auto fresh = [] { return load_model_hf(kDebugDir); };
   auto bad = c;
   bad["bias"] = "all";
   write(bad);

@@ -4,7 +4,7 @@
 #include <string>
 #include <vector>
 
-#include "models/llama/llama.h"
+#include "models/transformer/causal_lm.h"
 #include "models/lora/inject.h"
 #include "tensor/autograd/grad_mode.h"
 #include "tensor/ops.h"

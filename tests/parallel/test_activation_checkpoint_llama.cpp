@@ -4,7 +4,7 @@
 // counters: saved activations + logits) order full < selective < none.
 #include <catch2/catch.hpp>
 
-#include "models/llama/llama.h"
+#include "models/transformer/causal_lm.h"
 #include "parallel/activation_checkpoint.h"
 #include "tensor/allocator.h"
 #include "tensor/autograd/grad_mode.h"

@@ -5,7 +5,7 @@
 
 #include "dtensor/api.h"
 #include "llama_test_util.h"
-#include "models/llama/llama.h"
+#include "models/transformer/causal_lm.h"
 #include "models/lora/inject.h"
 #include "parallel/activation_checkpoint.h"
 #include "parallel/fsdp/fully_shard.h"

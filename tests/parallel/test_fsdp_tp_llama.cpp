@@ -7,8 +7,8 @@
 
 #include "dtensor/api.h"
 #include "llama_test_util.h"
-#include "models/llama/llama.h"
-#include "models/llama/llama_parallelizer.h"
+#include "models/transformer/causal_lm.h"
+#include "models/transformer/parallelizer.h"
 #include "models/lora/inject.h"
 #include "parallel/fsdp/fully_shard.h"
 #include "parallel/model_parallelizer.h"

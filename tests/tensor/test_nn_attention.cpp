@@ -17,8 +17,8 @@ using dtr::testing::max_abs_diff;
 namespace {
 
 /// Naive attention: repeat kv heads, full scores, mask (key j visible from query i when
-/// j <= i + S - T), softmax, weighted sum.
-Tensor naive_attention(const Tensor& q, const Tensor& k, const Tensor& v, bool causal) {
+/// j <= i + S - T, and j > i + S - T - window with a sliding window), softmax, weighted sum.
+Tensor naive_attention(const Tensor& q, const Tensor& k, const Tensor& v, bool causal, int64_t window = 0) {
   const int64_t B = q.size(0), Hq = q.size(1), T = q.size(2), D = q.size(3), Hkv = k.size(1), S = k.size(2);
   const int64_t g = Hq / Hkv;
   auto rep = [&](const Tensor& t) {
@@ -28,7 +28,7 @@ Tensor naive_attention(const Tensor& q, const Tensor& k, const Tensor& v, bool c
   if (causal) {
     std::vector<uint8_t> m(static_cast<size_t>(T * S));
     for (int64_t i = 0; i < T; ++i)
-      for (int64_t j = 0; j < S; ++j) m[i * S + j] = j > i + S - T;
+      for (int64_t j = 0; j < S; ++j) m[i * S + j] = j > i + S - T || (window > 0 && j <= i + S - T - window);
     s = masked_fill(s, from_vector<uint8_t>(m, {T, S}), -std::numeric_limits<double>::infinity());
   }
   return matmul(softmax(s, -1), rep(v));
@@ -37,17 +37,19 @@ Tensor naive_attention(const Tensor& q, const Tensor& k, const Tensor& v, bool c
 Tensor leaf(const Shape& s) { return randn(s, TensorOptions(DType::f64)).set_requires_grad(true); }
 
 /// Compares forward and gradients (of sum(out * w)) of the kernel with the naive reference.
-void compare_with_naive(int64_t B, int64_t Hq, int64_t Hkv, int64_t T, int64_t S, int64_t D, bool causal) {
-  INFO("B=" << B << " Hq=" << Hq << " Hkv=" << Hkv << " T=" << T << " S=" << S << " D=" << D << " causal=" << causal);
+void compare_with_naive(int64_t B, int64_t Hq, int64_t Hkv, int64_t T, int64_t S, int64_t D, bool causal,
+                        int64_t window = 0) {
+  INFO("B=" << B << " Hq=" << Hq << " Hkv=" << Hkv << " T=" << T << " S=" << S << " D=" << D << " causal=" << causal
+            << " window=" << window);
   Tensor q = leaf({B, Hq, T, D}), k = leaf({B, Hkv, S, D}), v = leaf({B, Hkv, S, D});
   Tensor w = randn({B, Hq, T, D}, DType::f64);
-  Tensor out = scaled_dot_product_attention(q, k, v, causal);
+  Tensor out = scaled_dot_product_attention(q, k, v, causal, std::nullopt, window);
   sum(mul(out, w)).backward();
   Tensor dq = q.grad(), dk = k.grad(), dv = v.grad();
   q.set_grad(Tensor());
   k.set_grad(Tensor());
   v.set_grad(Tensor());
-  Tensor ref = naive_attention(q, k, v, causal);
+  Tensor ref = naive_attention(q, k, v, causal, window);
   sum(mul(ref, w)).backward();
   CHECK(max_abs_diff(out, ref) < 1e-12);
   CHECK(max_abs_diff(dq, q.grad()) < 1e-11);
@@ -82,6 +84,25 @@ TEST_CASE("sdpa matches the naive reference", "[attention]") {
     compare_with_naive(1, 2, 1, 129, 129, 8, causal);  // T = S just over two blocks
     compare_with_naive(1, 1, 1, 1, 65, 3, causal);     // decode step
   }
+}
+
+TEST_CASE("sdpa with a sliding window matches the masked reference", "[attention]") {
+  manual_seed(29);
+  // Windows shorter and longer than a key block (128) and a query block (64), S > T (KV cache),
+  // a window of 1 (each query sees itself only) and one longer than the sequence (no effect).
+  compare_with_naive(1, 2, 1, 12, 12, 8, true, 5);
+  compare_with_naive(2, 4, 2, 7, 20, 4, true, 3);
+  compare_with_naive(1, 2, 2, 9, 9, 4, true, 1);
+  compare_with_naive(1, 2, 1, 300, 300, 8, true, 130);
+  compare_with_naive(1, 2, 1, 200, 330, 8, true, 70);
+  compare_with_naive(1, 1, 1, 10, 10, 4, true, 64);
+  auto f = [](const std::vector<Tensor>& x) {
+    return scaled_dot_product_attention(x[0], x[1], x[2], true, std::nullopt, 3);
+  };
+  CHECK(gradcheck(f, {leaf({1, 2, 6, 4}), leaf({1, 1, 8, 4}), leaf({1, 1, 8, 4})}) == "");
+  Tensor q = leaf({1, 1, 3, 4});
+  CHECK_THROWS_WITH(scaled_dot_product_attention(q, q, q, false, std::nullopt, 2), Catch::Contains("is_causal"));
+  CHECK_THROWS_WITH(scaled_dot_product_attention(q, q, q, true, std::nullopt, -1), Catch::Contains("negative"));
 }
 
 TEST_CASE("sdpa with T > S causal: rows without visible keys are 0", "[attention]") {

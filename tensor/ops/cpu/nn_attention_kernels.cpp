@@ -55,18 +55,36 @@ int64_t key_end(bool causal, int64_t i1, int64_t T, int64_t S) {
   return std::clamp<int64_t>(i1 + (S - T), 0, S);
 }
 
-/// Sets masked entries (j > i + S - T) of the score block to -inf.
+/// First key any query row >= i0 may see: 0, or i0 + (S - T) - window + 1 with a sliding window.
+int64_t key_begin(int64_t window, int64_t i0, int64_t T, int64_t S) {
+  if (window <= 0) return 0;
+  return std::clamp<int64_t>(i0 + (S - T) - window + 1, 0, S);
+}
+
+/// True when some entry of the score block [i0, i0 + rows) x [j0, j1) is masked.
+bool block_masked(bool causal, int64_t window, int64_t i0, int64_t rows, int64_t j0, int64_t j1, int64_t T, int64_t S) {
+  if (causal && j1 - 1 > i0 + (S - T)) return true;                        // keys after the first row's last
+  return window > 0 && j0 <= i0 + rows - 1 + (S - T) - window;            // keys before the last row's first
+}
+
+/// Sets masked entries of the score block to -inf: keys j > i + S - T (causal) and, with a sliding
+/// window, keys j <= i + S - T - window (a query sees itself and the window - 1 keys before it).
 template <class T>
-void apply_causal_mask(Mat<T>& s, int64_t i0, int64_t j0, int64_t T_, int64_t S) {
+void apply_mask(Mat<T>& s, bool causal, int64_t window, int64_t i0, int64_t j0, int64_t T_, int64_t S) {
   const T ninf = -std::numeric_limits<T>::infinity();
+  const int64_t cols = s.cols();
   for (int64_t r = 0; r < s.rows(); ++r) {
     const int64_t last = i0 + r + (S - T_);  // last visible key of this row
-    for (int64_t cidx = std::max<int64_t>(0, last - j0 + 1); cidx < s.cols(); ++cidx) s(r, cidx) = ninf;
+    if (causal)
+      for (int64_t cidx = std::max<int64_t>(0, last - j0 + 1); cidx < cols; ++cidx) s(r, cidx) = ninf;
+    if (window > 0)
+      for (int64_t cidx = 0; cidx < std::min<int64_t>(cols, last - window - j0 + 1); ++cidx) s(r, cidx) = ninf;
   }
 }
 
 template <class T>
-void sdpa_forward(const Tensor& q, const Tensor& k, const Tensor& v, Tensor& out, Tensor& lse, bool causal, double scale) {
+void sdpa_forward(const Tensor& q, const Tensor& k, const Tensor& v, Tensor& out, Tensor& lse, bool causal, double scale,
+                  int64_t window) {
   const int64_t B = q.size(0), Hq = q.size(1), T_ = q.size(2), D = q.size(3);
   const int64_t Hkv = k.size(1), S = k.size(2), Dv = v.size(3), group = Hkv > 0 ? Hq / Hkv : 1;  // 0 heads: empty shard
   const int64_t nqb = (T_ + kBlockQ - 1) / kBlockQ;
@@ -86,12 +104,12 @@ void sdpa_forward(const Tensor& q, const Tensor& k, const Tensor& v, Tensor& out
     Eigen::Matrix<T, Eigen::Dynamic, 1> l = Eigen::Matrix<T, Eigen::Dynamic, 1>::Zero(n);
     Mat<T> s;
     const int64_t jend = key_end(causal, i1, T_, S);
-    for (int64_t j0 = 0; j0 < jend; j0 += kBlockK) {
+    for (int64_t j0 = key_begin(window, i0, T_, S); j0 < jend; j0 += kBlockK) {
       const int64_t j1 = std::min(jend, j0 + kBlockK), nb = j1 - j0;
       CMap<T> km(K.at(b, hk, j0), nb, D, Eigen::OuterStride<>(K.sl));
       CMap<T> vm(V.at(b, hk, j0), nb, Dv, Eigen::OuterStride<>(V.sl));
       s.noalias() = (qm * km.transpose()) * sc;
-      if (causal && j1 - 1 > i0 + (S - T_)) apply_causal_mask(s, i0, j0, T_, S);
+      if (block_masked(causal, window, i0, n, j0, j1, T_, S)) apply_mask(s, causal, window, i0, j0, T_, S);
       for (int64_t r = 0; r < n; ++r) {
         const T mnew = std::max(m(r), s.row(r).maxCoeff());
         if (mnew == ninf) {  // nothing visible yet in this row
@@ -131,6 +149,10 @@ void sdpa_forward(const Tensor& q, const Tensor& k, const Tensor& v, Tensor& out
   }
 }
 
+/// The sliding window of an sdpa call (attrs {is_causal, scale, window}; 0 = none, also when the
+/// attribute is absent).
+int64_t sdpa_window(const OpCall& c) { return c.attrs.size() > 2 ? c.i(2) : 0; }
+
 std::vector<Tensor> k_sdpa(const OpCall& c) {
   const DType in_dt = c.inputs[0].dtype();
   const DType dt = is_low_precision(in_dt) ? DType::f32 : in_dt;
@@ -138,7 +160,7 @@ std::vector<Tensor> k_sdpa(const OpCall& c) {
   Tensor out = empty({q.size(0), q.size(1), q.size(2), v.size(3)}, TensorOptions(dt));
   Tensor lse = empty({q.size(0), q.size(1), q.size(2)}, TensorOptions(dt));
   cpu::dispatch_floating(dt, "sdpa", [&](auto tag) {
-    sdpa_forward<decltype(tag)>(q, k, v, out, lse, c.b(0), c.f(1));
+    sdpa_forward<decltype(tag)>(q, k, v, out, lse, c.b(0), c.f(1), sdpa_window(c));
   });
   if (dt != in_dt) out = to_dtype(out, in_dt);
   return {out, lse};
@@ -146,7 +168,7 @@ std::vector<Tensor> k_sdpa(const OpCall& c) {
 
 template <class T>
 void sdpa_backward(const Tensor& g, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& o,
-                   const Tensor& lse, Tensor& dq, Tensor& dk, Tensor& dv, bool causal, double scale) {
+                   const Tensor& lse, Tensor& dq, Tensor& dk, Tensor& dv, bool causal, double scale, int64_t window) {
   const int64_t B = q.size(0), Hq = q.size(1), T_ = q.size(2), D = q.size(3);
   const int64_t Hkv = k.size(1), S = k.size(2), Dv = v.size(3), group = Hkv > 0 ? Hq / Hkv : 1;  // 0 heads: empty shard
   const Heads<T> Q(q), K(k), V(v), G(g), O(o);
@@ -178,12 +200,12 @@ void sdpa_backward(const Tensor& g, const Tensor& q, const Tensor& k, const Tens
         di = (gm.cwiseProduct(om)).rowwise().sum();
         dqb = Mat<T>::Zero(n, D);
         const int64_t jend = key_end(causal, i1, T_, S);
-        for (int64_t j0 = 0; j0 < jend; j0 += kBlockK) {
+        for (int64_t j0 = key_begin(window, i0, T_, S); j0 < jend; j0 += kBlockK) {
           const int64_t j1 = std::min(jend, j0 + kBlockK), nb = j1 - j0;
           CMap<T> km(K.at(b, hk, j0), nb, D, Eigen::OuterStride<>(K.sl));
           CMap<T> vm(V.at(b, hk, j0), nb, Dv, Eigen::OuterStride<>(V.sl));
           s.noalias() = (qm * km.transpose()) * sc;
-          if (causal && j1 - 1 > i0 + (S - T_)) apply_causal_mask(s, i0, j0, T_, S);
+          if (block_masked(causal, window, i0, n, j0, j1, T_, S)) apply_mask(s, causal, window, i0, j0, T_, S);
           for (int64_t r = 0; r < n; ++r) {  // P = exp(s - lse); masked and key-less rows -> 0
             if (lrow(r) == ninf) {
               s.row(r).setZero();
@@ -209,7 +231,7 @@ void sdpa_backward(const Tensor& g, const Tensor& q, const Tensor& k, const Tens
   }
 }
 
-/// inputs {g, q, k, v, out, lse}, attrs {is_causal, scale} -> {dq, dk, dv}.
+/// inputs {g, q, k, v, out, lse}, attrs {is_causal, scale[, window]} -> {dq, dk, dv}.
 std::vector<Tensor> k_sdpa_backward(const OpCall& c) {
   const DType dt = c.inputs[1].dtype();
   Tensor g = prepared(c.inputs[0], dt), q = prepared(c.inputs[1], dt), k = prepared(c.inputs[2], dt);
@@ -219,7 +241,7 @@ std::vector<Tensor> k_sdpa_backward(const OpCall& c) {
   Tensor dq = empty(q.sizes(), TensorOptions(dt)), dk = empty(k.sizes(), TensorOptions(dt));
   Tensor dv = empty(v.sizes(), TensorOptions(dt));
   cpu::dispatch_floating(dt, "sdpa_backward", [&](auto tag) {
-    sdpa_backward<decltype(tag)>(g, q, k, v, o, lse, dq, dk, dv, c.b(0), c.f(1));
+    sdpa_backward<decltype(tag)>(g, q, k, v, o, lse, dq, dk, dv, c.b(0), c.f(1), sdpa_window(c));
   });
   return {dq, dk, dv};
 }

@@ -2,8 +2,8 @@
 // checks, output allocation on the inputs' device, and the launch of the fused FlashAttention-2
 // kernels of attention_forward.cu / attention_backward.cu on dtr::cuda::current_stream().
 // Semantics are those of the CPU kernels (tensor/ops/cpu/nn_attention_kernels.cpp):
-//   sdpa          {q, k, v}, attrs {is_causal, scale} -> {out [B, Hq, T, Dv] (q's dtype), lse [B, Hq, T] f32}
-//   sdpa_backward {g, q, k, v, out, lse}, attrs {is_causal, scale} -> {dq, dk, dv} (q's dtype)
+//   sdpa          {q, k, v}, attrs {is_causal, scale[, window]} -> {out [B, Hq, T, Dv] (q's dtype), lse [B, Hq, T] f32}
+//   sdpa_backward {g, q, k, v, out, lse}, attrs {is_causal, scale[, window]} -> {dq, dk, dv} (q's dtype)
 // Supported: f32 / bf16 / f16 (f32 accumulation), head dims D, Dv <= 128. Not on CUDA: f64
 // (dtr::Error). There is no dropout attribute on this op (CPU or CUDA).
 // Env DTR_CUDA_SDPA_SIMPLE=1: bf16 / f16 forward on CUDA cores instead of tensor cores.
@@ -60,9 +60,13 @@ class DeviceGuard {
   bool changed_ = false;
 };
 
+/// The sliding window of an sdpa call (attrs {is_causal, scale, window}; 0 when absent).
+int64_t sdpa_window(const OpCall& c) { return c.attrs.size() > 2 ? c.i(2) : 0; }
+
 /// Checks shared by forward and backward; fills the geometry of `p` (ForwardParams or BackwardParams).
 template <class P>
-void check_and_fill(P& p, const char* op, const Tensor& q, const Tensor& k, const Tensor& v, bool causal, double scale) {
+void check_and_fill(P& p, const char* op, const Tensor& q, const Tensor& k, const Tensor& v, bool causal, double scale,
+                    int64_t window) {
   DTR_CHECK(q.dim() == 4 && k.dim() == 4 && v.dim() == 4, op, " (CUDA): expected q [B, Hq, T, D], k/v [B, Hkv, S, D], got q ",
             q.sizes(), ", k ", k.sizes(), ", v ", v.sizes());
   DTR_CHECK(q.dtype() == k.dtype() && q.dtype() == v.dtype(), op, " (CUDA): q, k, v must share one dtype, got ",
@@ -89,17 +93,19 @@ void check_and_fill(P& p, const char* op, const Tensor& q, const Tensor& k, cons
   p.D = static_cast<int>(D);
   p.Dv = static_cast<int>(Dv);
   p.causal = causal;
+  DTR_CHECK(window >= 0 && window <= kMaxLen, op, " (CUDA): sliding window ", window, " out of range");
+  p.window = static_cast<int>(window);
   p.scale = static_cast<float>(scale);
   copy_strides(p.q_stride, q);
   copy_strides(p.k_stride, k);
   copy_strides(p.v_stride, v);
 }
 
-/// inputs {q, k, v}, attrs {is_causal, scale} -> {out, lse}.
+/// inputs {q, k, v}, attrs {is_causal, scale[, window]} -> {out, lse}.
 std::vector<Tensor> k_sdpa_cuda(const OpCall& c) {
   const Tensor &q = c.inputs[0], &k = c.inputs[1], &v = c.inputs[2];
   attn::ForwardParams p;
-  check_and_fill(p, "sdpa", q, k, v, c.b(0), c.f(1));
+  check_and_fill(p, "sdpa", q, k, v, c.b(0), c.f(1), sdpa_window(c));
   DeviceGuard guard(q.device());
   const TensorOptions opt = TensorOptions(q.dtype()).with_device(q.device());
   Tensor out = empty({q.size(0), q.size(1), q.size(2), v.size(3)}, opt);
@@ -114,12 +120,12 @@ std::vector<Tensor> k_sdpa_cuda(const OpCall& c) {
   return {out, lse};
 }
 
-/// inputs {g, q, k, v, out, lse}, attrs {is_causal, scale} -> {dq, dk, dv}.
+/// inputs {g, q, k, v, out, lse}, attrs {is_causal, scale[, window]} -> {dq, dk, dv}.
 std::vector<Tensor> k_sdpa_backward_cuda(const OpCall& c) {
   const Tensor &g = c.inputs[0], &q = c.inputs[1], &k = c.inputs[2], &v = c.inputs[3], &o = c.inputs[4];
   const Tensor& lse = c.inputs[5];
   attn::BackwardParams p;
-  check_and_fill(p, "sdpa_backward", q, k, v, c.b(0), c.f(1));
+  check_and_fill(p, "sdpa_backward", q, k, v, c.b(0), c.f(1), sdpa_window(c));
   const Shape out_shape{q.size(0), q.size(1), q.size(2), v.size(3)};
   DTR_CHECK(g.sizes() == out_shape && o.sizes() == out_shape, "sdpa_backward (CUDA): gradient ", g.sizes(),
             " and output ", o.sizes(), " must have the output's shape ", out_shape);

@@ -52,6 +52,7 @@ struct ForwardParams {
   ElemType dtype = ElemType::f32;
   int B = 0, Hq = 0, Hkv = 0, T = 0, S = 0, D = 0, Dv = 0;
   bool causal = false;
+  int window = 0;  // sliding window (causal only); 0 = none
   float scale = 1.0f;
   /// bf16 / f16: use the tensor-core kernel (attention_forward_mma.cu); false: the CUDA-core one.
   bool tensor_cores = true;
@@ -70,6 +71,7 @@ struct BackwardParams {
   ElemType dtype = ElemType::f32;
   int B = 0, Hq = 0, Hkv = 0, T = 0, S = 0, D = 0, Dv = 0;
   bool causal = false;
+  int window = 0;  // sliding window (causal only); 0 = none
   float scale = 1.0f;
   const void* g = nullptr;
   const void* q = nullptr;

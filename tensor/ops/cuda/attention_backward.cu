@@ -75,7 +75,7 @@ __device__ __forceinline__ void score_phase(const BackwardParams& p, int i0, int
 #pragma unroll
   for (int jj = 0; jj < kColsPerThread; ++jj) {
     const int c = c4 + 4 * jj;
-    const bool on = lse != -CUDART_INF_F && visible(p.causal, i, j0 + c, p.T, p.S);
+    const bool on = lse != -CUDART_INF_F && visible(p.causal, p.window, i, j0 + c, p.T, p.S);
     const float pr = on ? expf(qk[jj] * p.scale - lse) : 0.0f;
     if (sP) sP[r * kScoreLd + c] = pr;
     sdS[r * kScoreLd + c] = pr * (dp[jj] - di);

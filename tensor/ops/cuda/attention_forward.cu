@@ -60,7 +60,7 @@ __global__ void __launch_bounds__(kThreads) sdpa_forward_kernel(const ForwardPar
 #pragma unroll
     for (int jj = 0; jj < kColsPerThread; ++jj) {
       const int j = j0 + c4 + 4 * jj;
-      s[jj] = visible(p.causal, i, j, p.T, p.S) ? s[jj] * p.scale : -CUDART_INF_F;
+      s[jj] = visible(p.causal, p.window, i, j, p.T, p.S) ? s[jj] * p.scale : -CUDART_INF_F;
       mloc = fmaxf(mloc, s[jj]);
     }
     const float mnew = fmaxf(m, row_max4(mloc));

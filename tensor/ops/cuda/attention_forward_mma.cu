@@ -152,7 +152,7 @@ __global__ void __launch_bounds__(kMmaThreads) sdpa_forward_mma_kernel(const For
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
         const int i = e < 2 ? row_lo : row_hi, j = j0 + nb * 8 + 2 * t + (e & 1);
-        s[nb][e] = visible(p.causal, i, j, p.T, p.S) ? s[nb][e] * p.scale : -CUDART_INF_F;
+        s[nb][e] = visible(p.causal, p.window, i, j, p.T, p.S) ? s[nb][e] * p.scale : -CUDART_INF_F;
         mloc[e / 2] = fmaxf(mloc[e / 2], s[nb][e]);
       }
     }

@@ -88,9 +88,10 @@ __device__ __forceinline__ int key_end(bool causal, int i_end, int T, int S) {
   return e < 0 ? 0 : (e > S ? S : e);
 }
 
-/// True when key j is visible from query i (both in range).
-__device__ __forceinline__ bool visible(bool causal, int i, int j, int T, int S) {
-  return i < T && j < S && (!causal || j <= i + (S - T));
+/// True when key j is visible from query i (both in range): j <= i + S - T when causal, and
+/// j > i + S - T - window with a sliding window (window > 0).
+__device__ __forceinline__ bool visible(bool causal, int window, int i, int j, int T, int S) {
+  return i < T && j < S && (!causal || j <= i + (S - T)) && (window <= 0 || j > i + (S - T) - window);
 }
 
 /// Tensor-core forward (attention_forward_mma.cu), instantiated for T in {__nv_bfloat16,

@@ -18,7 +18,7 @@ GGUFOutType parse_gguf_outtype(const std::string& s);
 /// Hugging Face Llama directory -> GGUF file, the inverse of convert_gguf_to_hf (as llama.cpp's
 /// convert_hf_to_gguf.py does it for LlamaForCausalLM):
 ///  - metadata: general.architecture "llama", general.name, general.file_type, the llama.*
-///    hyper-parameters of config.json (llama_config_to_gguf), the tokenizer of tokenizer.json +
+///    hyper-parameters of config.json (model_config_to_gguf), the tokenizer of tokenizer.json +
 ///    tokenizer_config.json (add_gguf_tokenizer; chat template from tokenizer_config.json or
 ///    chat_template.jinja; bos / eos / pad falling back to config.json's ids);
 ///  - tensors: model.safetensors or the sharded index, under llama.cpp names (hf_to_gguf_name),

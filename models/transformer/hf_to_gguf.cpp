@@ -1,14 +1,14 @@
-// dtr-convert hf-to-gguf: Hugging Face Llama directory -> GGUF (see convert.h).
+// dtr-convert hf-to-gguf: Hugging Face model directory -> GGUF (see convert.h).
 #include <algorithm>
 #include <filesystem>
 #include <nlohmann/json.hpp>
 
 #include "models/formats/gguf_writer.h"
 #include "models/formats/hf_config.h"
-#include "models/formats/llama_gguf_names.h"
+#include "models/transformer/gguf_names.h"
 #include "models/formats/qk_permute.h"
 #include "models/formats/sharded_checkpoint.h"
-#include "models/llama/convert.h"
+#include "models/transformer/convert.h"
 #include "models/tokenizer/bpe_tokenizer.h"
 #include "tensor/error.h"
 
@@ -52,7 +52,7 @@ std::string token_text(const json& t) {
 
 // The tokenizer of an HF directory with bos / eos / pad completed from tokenizer_config.json and
 // config.json, and its chat template.
-tokenizer::BPETokenizer load_tokenizer(const fs::path& dir, const LlamaConfig& c, std::string& chat_template) {
+tokenizer::BPETokenizer load_tokenizer(const fs::path& dir, const ModelConfig& c, std::string& chat_template) {
   const fs::path tj = dir / "tokenizer.json";
   DTR_CHECK(fs::exists(tj), dir.string(), ": no tokenizer.json (a GGUF needs the tokenizer)");
   auto tok = tokenizer::BPETokenizer::from_hf_file(tj.string());
@@ -92,12 +92,12 @@ std::pair<int64_t, std::string> tensor_order(const std::string& gguf_name) {
 
 void convert_hf_to_gguf(const std::string& hf_dir, const std::string& out_path, GGUFOutType outtype) {
   const fs::path dir(hf_dir);
-  const LlamaConfig c = load_llama_config(hf_dir);
+  const ModelConfig c = load_model_config(hf_dir);
   std::string chat_template;
   const auto tok = load_tokenizer(dir, c, chat_template);
 
   gguf::GGUFWriter w;
-  llama_config_to_gguf(c, w);
+  model_config_to_gguf(c, w);
   const fs::path norm = fs::absolute(dir).lexically_normal();
   w.add_string("general.name", (norm.has_filename() ? norm : norm.parent_path()).filename().string());
   w.add_u32("general.file_type", file_type(outtype));
@@ -108,23 +108,13 @@ void convert_hf_to_gguf(const std::string& hf_dir, const std::string& out_path, 
   for (const auto& [hf, t] : sd) {
     if (hf.ends_with("rotary_emb.inv_freq")) continue;
     if (hf == "lm_head.weight" && c.tie_word_embeddings) continue;  // tied: token_embd only
-    const std::string g = hf_to_gguf_name(hf);
-    DTR_CHECK(!g.empty(), hf_dir, ": tensor '", hf, "' is not a Llama weight (no GGUF name)");
-    const Shape want = expected_llama_shape(hf, c);
+    const std::string g = hf_to_gguf_name(hf, c.model_type);
+    DTR_CHECK(!g.empty(), hf_dir, ": tensor '", hf, "' is not a ", c.model_type, " weight (no GGUF name)");
+    const Shape want = expected_shape(hf, c);
     DTR_CHECK(t.sizes() == want, hf_dir, ": tensor '", hf, "' has shape ", t.sizes(), " but config.json needs ", want);
     order.emplace_back(tensor_order(g), hf);
   }
-  auto need = [&](const std::string& hf) {
-    DTR_CHECK(sd.count(hf), hf_dir, ": missing tensor '", hf, "'");
-  };
-  need("model.embed_tokens.weight");
-  need("model.norm.weight");
-  if (!c.tie_word_embeddings) need("lm_head.weight");
-  for (int64_t l = 0; l < c.num_hidden_layers; ++l)
-    for (const char* s : {"input_layernorm.weight", "post_attention_layernorm.weight", "self_attn.q_proj.weight",
-                          "self_attn.k_proj.weight", "self_attn.v_proj.weight", "self_attn.o_proj.weight",
-                          "mlp.gate_proj.weight", "mlp.up_proj.weight", "mlp.down_proj.weight"})
-      need("model.layers." + std::to_string(l) + "." + s);
+  for (const auto& hf : required_tensor_names(c)) DTR_CHECK(sd.count(hf), hf_dir, ": missing tensor '", hf, "'");
 
   std::sort(order.begin(), order.end());
   for (const auto& [key, hf] : order) {
@@ -132,6 +122,8 @@ void convert_hf_to_gguf(const std::string& hf_dir, const std::string& out_path, 
     const Shape shape = t.sizes();
     std::vector<float> v = t.to(DType::f32).contiguous().to_vector<float>();
     if (const int64_t heads = qk_permute_heads(hf, c)) v = permute_qk(v, shape[0], shape.size() > 1 ? shape[1] : 1, heads);
+    if (const double shift = gguf_value_shift(hf, c); shift != 0)  // Gemma: llama.cpp stores 1 + norm weight
+      for (float& x : v) x += static_cast<float>(shift);
     // llama.cpp keeps 1-D tensors (norms, biases) in F32 whatever the output type.
     const gguf::GGMLType type = shape.size() <= 1 ? gguf::GGMLType::F32 : ggml_type(outtype);
     w.add_f32_tensor(key.second, shape, v, type);

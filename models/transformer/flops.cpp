@@ -1,6 +1,6 @@
-#include "models/llama/flops.h"
+#include "models/transformer/flops.h"
 
-#include "models/llama/llama.h"
+#include "models/transformer/causal_lm.h"
 
 namespace dtr {
 

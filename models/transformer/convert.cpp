@@ -1,17 +1,17 @@
-#include "models/llama/convert.h"
+#include "models/transformer/convert.h"
 
 #include <filesystem>
 
 #include "models/formats/gguf.h"
-#include "models/llama/load.h"
+#include "models/transformer/load.h"
 #include "models/lora/peft.h"
 #include "models/tokenizer/bpe_tokenizer.h"
 
 namespace dtr {
 
 void convert_gguf_to_hf(const std::string& gguf_path, const std::string& out_dir) {
-  auto model = load_llama_gguf(gguf_path);
-  save_llama_hf(*model, out_dir);
+  auto model = load_model_gguf(gguf_path);
+  save_model_hf(*model, out_dir);
   const auto g = gguf::GGUFFile::open(gguf_path);
   const auto tok = tokenizer::BPETokenizer::from_gguf(g);
   const std::string tmpl = g.has("tokenizer.chat_template") ? g.get("tokenizer.chat_template").as_string() : "";
@@ -41,7 +41,7 @@ bool save_base_tokenizer(const std::string& base, const std::string& out_dir) {
 
 std::vector<std::string> merge_adapter_to_hf(const std::string& base, const std::string& adapter_dir,
                                              const std::string& out_dir) {
-  auto model = load_llama(base);
+  auto model = load_model(base);
   auto adapted = load_peft_adapter(*model, adapter_dir);
   save_merged_model(*model, out_dir);
   save_base_tokenizer(base, out_dir);
