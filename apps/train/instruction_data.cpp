@@ -111,7 +111,7 @@ bool tokenizer_has_chat_template(const std::string& path) {
   }
 }
 
-std::vector<data::Sample> load_instruction_dataset(const DatasetRecipe& d, const tokenizer::BPETokenizer& tok,
+std::vector<data::Sample> load_instruction_dataset(const DatasetRecipe& d, const tokenizer::Tokenizer& tok,
                                                    bool chat) {
   const auto tmpl = d.chat_template == "smollm2" ? tokenizer::ChatTemplate::smollm2() : tokenizer::ChatTemplate::chatml();
   std::vector<std::vector<int32_t>> ids;

@@ -20,7 +20,7 @@
 #include "apps/train/recipe.h"
 #include "models/data/chat_dataset.h"
 #include "models/data/sample.h"
-#include "models/tokenizer/bpe_tokenizer.h"
+#include "models/tokenizer/tokenizer.h"
 
 namespace dtr::train {
 
@@ -37,7 +37,7 @@ std::vector<InstructionRecord> read_instruction_records(const DatasetRecipe& d, 
 /// to d.seq_len (0: not truncated) and unpadded (the trainer's collate pads each micro-batch to
 /// its longest sample, as Automodel's default collater). Records with no loss token left are
 /// dropped.
-std::vector<data::Sample> load_instruction_dataset(const DatasetRecipe& d, const tokenizer::BPETokenizer& tok,
+std::vector<data::Sample> load_instruction_dataset(const DatasetRecipe& d, const tokenizer::Tokenizer& tok,
                                                    bool chat);
 
 /// Whether the tokenizer at `path` (GGUF, tokenizer.json, or an HF directory) carries a chat

@@ -159,8 +159,9 @@ void parse_dataset(Recipe& r, const YAML::Node& n, const std::string& name, Data
                 ": a pack holds whole samples of up to seq_len tokens");
   s.require(d.pad_seq_len_divisible >= 1, "pad_seq_len_divisible",
             "must be >= 1, got " + std::to_string(d.pad_seq_len_divisible));
-  s.require(d.chat_template == "chatml" || d.chat_template == "smollm2", "chat_template",
-            "must be chatml or smollm2, got '" + d.chat_template + "'");
+  s.require(d.chat_template == "chatml" || d.chat_template == "smollm2" || d.chat_template == "gemma" ||
+                d.chat_template == "llama3" || d.chat_template == "mistral",
+            "chat_template", "must be one of chatml, smollm2, gemma, llama3, mistral, got '" + d.chat_template + "'");
   s.require(d.limit_samples >= 0, "limit_samples", "must be >= 0, got " + std::to_string(d.limit_samples));
 }
 

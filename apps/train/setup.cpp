@@ -18,6 +18,7 @@
 #include "models/transformer/parallelizer.h"
 #include "models/lora/inject.h"
 #include "models/tokenizer/bpe_tokenizer.h"
+#include "models/tokenizer/tokenizer.h"
 #include "models/tokenizer/chat_template.h"
 #include "tensor/error.h"
 #include "tensor/random.h"
@@ -240,14 +241,13 @@ std::vector<data::Sample> load_samples(const Recipe& r, const DatasetRecipe& d, 
       DTR_CHECK(!tok_path.empty(), name, ".tokenizer is required with a random model (a GGUF, tokenizer.json or "
                                          "\"bytes\")");
       DTR_CHECK(fs::exists(tok_path), name, ".tokenizer: no such file '", tok_path, "'");
-      auto tok = ends_with(tok_path, ".gguf") ? tokenizer::BPETokenizer::from_gguf(gguf::GGUFFile::open(tok_path))
-                 : fs::is_directory(tok_path) ? tokenizer::BPETokenizer::from_hf_file(tok_path + "/tokenizer.json")
-                                              : tokenizer::BPETokenizer::from_hf_file(tok_path);
+      const auto tok_ptr = tokenizer::load_tokenizer(tok_path);  // byte-level BPE or SentencePiece-style
+      const tokenizer::Tokenizer& tok = *tok_ptr;
       pad = tok.pad_id() >= 0 ? tok.pad_id() : std::max(0, tok.eos_id());
       if (d.type == "squad" || d.type == "column_mapped") {
         out = load_instruction_dataset(d, tok, tokenizer_has_chat_template(tok_path));
       } else if (d.type == "chat_jsonl") {
-        auto tmpl = d.chat_template == "smollm2" ? tokenizer::ChatTemplate::smollm2() : tokenizer::ChatTemplate::chatml();
+        const auto tmpl = tokenizer::ChatTemplate::from_name(d.chat_template);
         for (const auto& f : d.paths) {
           auto s = data::load_chat_dataset(f, tok, tmpl, d.seq_len);
           out.insert(out.end(), s.begin(), s.end());

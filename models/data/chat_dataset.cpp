@@ -78,7 +78,7 @@ std::vector<uint8_t> span_mask(const ByteSpans& offsets, const ByteSpans& spans)
   return mask;
 }
 
-void tokenize_chat(const Conversation& conv, const tokenizer::BPETokenizer& tok, const tokenizer::ChatTemplate& tmpl,
+void tokenize_chat(const Conversation& conv, const tokenizer::Tokenizer& tok, const tokenizer::ChatTemplate& tmpl,
                    std::vector<int32_t>& tokens, std::vector<uint8_t>& mask) {
   std::string text;
   ByteSpans train;
@@ -103,7 +103,7 @@ Sample make_chat_sample(const std::vector<int32_t>& tokens, const std::vector<ui
   return s;
 }
 
-std::vector<Sample> load_chat_dataset(const std::string& path, const tokenizer::BPETokenizer& tok,
+std::vector<Sample> load_chat_dataset(const std::string& path, const tokenizer::Tokenizer& tok,
                                       const tokenizer::ChatTemplate& tmpl, int64_t seq_len, int64_t* dropped) {
   std::vector<Sample> out;
   int64_t drop = 0;

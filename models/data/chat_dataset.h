@@ -10,7 +10,7 @@
 #include <vector>
 
 #include "models/data/sample.h"
-#include "models/tokenizer/bpe_tokenizer.h"
+#include "models/tokenizer/tokenizer.h"
 #include "models/tokenizer/chat_template.h"
 
 namespace dtr::data {
@@ -42,7 +42,7 @@ std::vector<uint8_t> span_mask(const ByteSpans& offsets, const ByteSpans& spans)
 /// whole conversation; the mask comes from span_mask against the trainable segments' byte
 /// ranges (assistant contents and their <|im_end|>). Returns tokens t[0..n) and a mask m[0..n)
 /// (1 = target).
-void tokenize_chat(const Conversation& conv, const tokenizer::BPETokenizer& tok, const tokenizer::ChatTemplate& tmpl,
+void tokenize_chat(const Conversation& conv, const tokenizer::Tokenizer& tok, const tokenizer::ChatTemplate& tmpl,
                    std::vector<int32_t>& tokens, std::vector<uint8_t>& mask);
 
 /// A training sample of min(n - 1, seq_len) positions: input_ids = t[0..n-1), labels[i] =
@@ -52,7 +52,7 @@ Sample make_chat_sample(const std::vector<int32_t>& tokens, const std::vector<ui
 
 /// read_chat_jsonl + tokenize_chat + make_chat_sample for every line (unpadded samples). Conversations whose
 /// labels are all -100 after truncation are dropped (counted in `dropped` when given).
-std::vector<Sample> load_chat_dataset(const std::string& path, const tokenizer::BPETokenizer& tok,
+std::vector<Sample> load_chat_dataset(const std::string& path, const tokenizer::Tokenizer& tok,
                                       const tokenizer::ChatTemplate& tmpl, int64_t seq_len, int64_t* dropped = nullptr);
 
 }  // namespace dtr::data

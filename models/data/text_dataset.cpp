@@ -36,7 +36,7 @@ Sample PackedDataset::get(int64_t i) const {
   return s;
 }
 
-std::vector<int32_t> tokenize_documents(const std::vector<std::string>& docs, const tokenizer::BPETokenizer& tok,
+std::vector<int32_t> tokenize_documents(const std::vector<std::string>& docs, const tokenizer::Tokenizer& tok,
                                         int32_t eos_id) {
   DTR_CHECK(eos_id >= 0, "tokenize_documents: the tokenizer has no eos token to separate documents");
   std::vector<int32_t> out;
@@ -64,7 +64,7 @@ std::vector<std::string> split_documents(const std::string& text, const std::str
   return docs;
 }
 
-PackedDataset load_text_dataset(const std::vector<std::string>& files, const tokenizer::BPETokenizer& tok,
+PackedDataset load_text_dataset(const std::vector<std::string>& files, const tokenizer::Tokenizer& tok,
                                 int64_t seq_len, const std::string& doc_separator) {
   std::vector<int32_t> stream;
   for (const auto& f : files) {

@@ -11,7 +11,7 @@
 #include <vector>
 
 #include "models/data/sample.h"
-#include "models/tokenizer/bpe_tokenizer.h"
+#include "models/tokenizer/tokenizer.h"
 
 namespace dtr::data {
 
@@ -37,7 +37,7 @@ class PackedDataset {
 
 /// Tokenises each document (special-token text is NOT parsed: raw text stays text) and appends
 /// `eos_id` after each one. Errors: eos_id < 0.
-std::vector<int32_t> tokenize_documents(const std::vector<std::string>& docs, const tokenizer::BPETokenizer& tok,
+std::vector<int32_t> tokenize_documents(const std::vector<std::string>& docs, const tokenizer::Tokenizer& tok,
                                         int32_t eos_id);
 
 /// Splits a file's text into documents at every occurrence of `separator` (empty = the whole
@@ -47,7 +47,7 @@ std::vector<std::string> split_documents(const std::string& text, const std::str
 /// Reads UTF-8 text files, splits them into documents, tokenises and packs them.
 /// Errors: unreadable file; invalid UTF-8 -> dtr::Error with file and byte offset; fewer than
 /// seq_len + 1 tokens in total.
-PackedDataset load_text_dataset(const std::vector<std::string>& files, const tokenizer::BPETokenizer& tok,
+PackedDataset load_text_dataset(const std::vector<std::string>& files, const tokenizer::Tokenizer& tok,
                                 int64_t seq_len, const std::string& doc_separator = "");
 
 }  // namespace dtr::data

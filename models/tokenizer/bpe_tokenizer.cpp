@@ -10,7 +10,6 @@ namespace dtr::tokenizer {
 
 namespace {
 constexpr size_t kMaxCacheEntries = 1 << 18;  // pieces kept by the encode cache before it is reset
-inline uint64_t pair_key(int32_t a, int32_t b) { return (static_cast<uint64_t>(static_cast<uint32_t>(a)) << 32) | static_cast<uint32_t>(b); }
 }  // namespace
 
 BPETokenizer::BPETokenizer(BPEVocab vocab) : vocab_(std::move(vocab)) {
@@ -31,26 +30,12 @@ BPETokenizer::BPETokenizer(BPEVocab vocab) : vocab_(std::move(vocab)) {
     const TokenType ty = vocab_.types[i];
     if (ty == TokenType::control || ty == TokenType::user_defined) {
       token_bytes_[i] = t;
-      if (!t.empty()) {
-        specials_.push_back(t);
-        special_ids_.push_back(id);
-      }
+      specials_.add(t, id);
     } else if (!unicode_to_bytes(t, token_bytes_[i])) {
       token_bytes_[i] = t;  // not byte-level text: decode as is
     }
   }
-  // Longest first, so "<|im_start|>" wins over a shorter special that is its prefix.
-  std::vector<size_t> order(specials_.size());
-  for (size_t i = 0; i < order.size(); ++i) order[i] = i;
-  std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) { return specials_[a].size() > specials_[b].size(); });
-  std::vector<std::string> s2;
-  std::vector<int32_t> i2;
-  for (size_t i : order) {
-    s2.push_back(specials_[i]);
-    i2.push_back(special_ids_[i]);
-  }
-  specials_.swap(s2);
-  special_ids_.swap(i2);
+  specials_.finalize();
 
   for (int b = 0; b < 256; ++b) {
     std::string t;
@@ -65,7 +50,7 @@ BPETokenizer::BPETokenizer(BPEVocab vocab) : vocab_(std::move(vocab)) {
     auto ia = token_to_id_.find(a), ib = token_to_id_.find(b), im = token_to_id_.find(a + b);
     DTR_CHECK(ia != token_to_id_.end() && ib != token_to_id_.end() && im != token_to_id_.end(), "BPE tokenizer: merge ",
               r, " '", a, " ", b, "' names a token that is not in the vocabulary");
-    merges_.emplace(pair_key(ia->second, ib->second), std::make_pair(static_cast<int32_t>(r), im->second));
+    merges_.add(ia->second, ib->second, static_cast<int32_t>(r), im->second);
   }
 }
 
@@ -87,51 +72,19 @@ bool BPETokenizer::is_special(int32_t id) const {
 // Merges by rank with a min-heap of candidate pairs ordered by (rank, position): the same
 // order as Hugging Face tokenizers' BPE word merge (lowest rank first, leftmost on ties).
 void BPETokenizer::bpe(std::string_view piece, std::vector<int32_t>& out, std::vector<size_t>* lens) const {
-  struct Sym {
-    int32_t id, prev, next;
-  };
-  struct Cand {
-    int32_t rank, pos, left, right;
-    bool operator>(const Cand& o) const { return rank != o.rank ? rank > o.rank : pos > o.pos; }
-  };
-  const auto n = static_cast<int32_t>(piece.size());
-  std::vector<Sym> s(static_cast<size_t>(n));
-  for (int32_t i = 0; i < n; ++i) {
-    const int32_t id = byte_token_[static_cast<unsigned char>(piece[static_cast<size_t>(i)])];
+  std::vector<int32_t> ids(piece.size());
+  for (size_t i = 0; i < piece.size(); ++i) {
+    const int32_t id = byte_token_[static_cast<unsigned char>(piece[i])];
     if (id < 0) {
       DTR_CHECK(vocab_.unk_id >= 0, "BPE tokenizer: byte 0x", std::hex, int(static_cast<unsigned char>(piece[i])),
                 " has no token and there is no unknown token");
     }
-    s[static_cast<size_t>(i)] = {id < 0 ? vocab_.unk_id : id, i - 1, i + 1 < n ? i + 1 : -1};
+    ids[i] = id < 0 ? vocab_.unk_id : id;
   }
-  std::priority_queue<Cand, std::vector<Cand>, std::greater<Cand>> heap;
-  auto push = [&](int32_t pos) {
-    if (pos < 0) return;
-    const int32_t nx = s[static_cast<size_t>(pos)].next;
-    if (nx < 0) return;
-    auto it = merges_.find(pair_key(s[static_cast<size_t>(pos)].id, s[static_cast<size_t>(nx)].id));
-    if (it != merges_.end()) heap.push({it->second.first, pos, s[static_cast<size_t>(pos)].id, s[static_cast<size_t>(nx)].id});
-  };
-  for (int32_t i = 0; i + 1 < n; ++i) push(i);
-  std::vector<bool> dead(static_cast<size_t>(n), false);
-  while (!heap.empty()) {
-    const Cand c = heap.top();
-    heap.pop();
-    Sym& l = s[static_cast<size_t>(c.pos)];
-    if (dead[static_cast<size_t>(c.pos)] || l.id != c.left || l.next < 0) continue;
-    Sym& r = s[static_cast<size_t>(l.next)];
-    if (r.id != c.right) continue;
-    l.id = merges_.at(pair_key(c.left, c.right)).second;
-    dead[static_cast<size_t>(l.next)] = true;
-    l.next = r.next;
-    if (l.next >= 0) s[static_cast<size_t>(l.next)].prev = c.pos;
-    push(l.prev);
-    push(c.pos);
-  }
-  for (int32_t i = 0; i >= 0 && i < n; i = s[static_cast<size_t>(i)].next) {
-    out.push_back(s[static_cast<size_t>(i)].id);
-    if (lens) lens->push_back(static_cast<size_t>((s[static_cast<size_t>(i)].next < 0 ? n : s[static_cast<size_t>(i)].next) - i));
-  }
+  std::vector<size_t> l(lens ? piece.size() : 0, 1);
+  bpe_merge(merges_, ids, lens ? &l : nullptr);
+  out.insert(out.end(), ids.begin(), ids.end());
+  if (lens) lens->insert(lens->end(), l.begin(), l.end());
 }
 
 void BPETokenizer::piece_offsets(std::string_view piece, size_t begin, const std::vector<int32_t>& ids, size_t first,
@@ -213,26 +166,18 @@ std::vector<int32_t> BPETokenizer::encode_impl(std::string_view text, bool add_s
     encode_plain(text);
     return out;
   }
-  bool first_char[256] = {};
-  for (const auto& sp : specials_) first_char[static_cast<unsigned char>(sp[0])] = true;
   size_t start = 0;
   for (size_t i = 0; i < text.size();) {
-    int32_t hit = -1;
-    if (first_char[static_cast<unsigned char>(text[i])]) {
-      for (size_t k = 0; k < specials_.size(); ++k)
-        if (text.compare(i, specials_[k].size(), specials_[k]) == 0) {
-          hit = static_cast<int32_t>(k);
-          break;
-        }
-    }
-    if (hit < 0) {
+    int32_t id = -1;
+    const size_t len = specials_.match(text, i, id);
+    if (len == 0) {
       ++i;
       continue;
     }
     if (i > start) encode_plain(text.substr(start, i - start));
-    out.push_back(special_ids_[static_cast<size_t>(hit)]);
-    if (offsets) offsets->emplace_back(i, i + specials_[static_cast<size_t>(hit)].size());
-    i += specials_[static_cast<size_t>(hit)].size();
+    out.push_back(id);
+    if (offsets) offsets->emplace_back(i, i + len);
+    i += len;
     start = i;
   }
   if (start < text.size()) encode_plain(text.substr(start));

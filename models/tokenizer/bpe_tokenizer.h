@@ -14,7 +14,9 @@
 #include <unordered_map>
 #include <vector>
 
+#include "models/tokenizer/bpe_merge.h"
 #include "models/tokenizer/pretokenizer.h"
+#include "models/tokenizer/tokenizer.h"
 
 namespace dtr {
 namespace gguf { class GGUFFile; class GGUFWriter; }
@@ -35,7 +37,7 @@ struct BPEVocab {
 };
 
 /// Movable, not copyable; encode/decode are thread-safe.
-class BPETokenizer {
+class BPETokenizer : public Tokenizer {
  public:
   /// Errors: a merge naming a token not in the vocab, a byte without a single-byte token,
   /// duplicate tokens -> dtr::Error naming the entry.
@@ -58,30 +60,29 @@ class BPETokenizer {
   /// `parse_special`: recognise special-token text (e.g. "<|im_start|>") as that token;
   /// otherwise it is tokenised as plain text. Errors: invalid UTF-8 -> dtr::Error with the
   /// byte offset.
-  std::vector<int32_t> encode(std::string_view text, bool add_special = false, bool parse_special = true) const;
+  std::vector<int32_t> encode(std::string_view text, bool add_special = false, bool parse_special = true) const override;
   /// encode() that also gives each token's byte range [begin, end) in `text` (`offsets` is
   /// resized to the number of ids; a bos token has the empty range [0, 0)). The ranges of
   /// consecutive tokens tile the text: a byte-level token covers exactly the bytes it decodes
   /// to, a special token its text. Hugging Face tokenizers' Encoding.offsets are the same
   /// ranges in characters. Errors: as encode().
-  std::vector<int32_t> encode_with_offsets(std::string_view text, std::vector<std::pair<size_t, size_t>>& offsets,
-                                           bool add_special = false, bool parse_special = true) const;
+  std::vector<int32_t> encode_with_offsets(std::string_view text, Offsets& offsets,
+                                           bool add_special = false, bool parse_special = true) const override;
   /// Bytes of the tokens concatenated (may end inside a UTF-8 sequence). `skip_special`
   /// drops control tokens. Errors: an id outside the vocab.
-  std::string decode(const std::vector<int32_t>& ids, bool skip_special = false) const;
+  std::string decode(const std::vector<int32_t>& ids, bool skip_special = false) const override;
 
-  int64_t vocab_size() const { return static_cast<int64_t>(vocab_.tokens.size()); }
-  const std::string& token(int32_t id) const;
+  int64_t vocab_size() const override { return static_cast<int64_t>(vocab_.tokens.size()); }
+  const std::string& token(int32_t id) const override;
   /// Id of a token text, or -1.
-  int32_t token_to_id(const std::string& text) const;
-  bool is_special(int32_t id) const;
-  int32_t bos_id() const { return vocab_.bos_id; }
-  int32_t eos_id() const { return vocab_.eos_id; }
-  int32_t pad_id() const { return vocab_.pad_id; }
+  int32_t token_to_id(const std::string& text) const override;
+  bool is_special(int32_t id) const override;
+  int32_t bos_id() const override { return vocab_.bos_id; }
+  int32_t eos_id() const override { return vocab_.eos_id; }
+  int32_t pad_id() const override { return vocab_.pad_id; }
   const BPEVocab& vocab() const { return vocab_; }
 
  private:
-  using Offsets = std::vector<std::pair<size_t, size_t>>;
   /// encode / encode_with_offsets; `offsets` may be null.
   std::vector<int32_t> encode_impl(std::string_view text, bool add_special, bool parse_special, Offsets* offsets) const;
   void encode_piece(std::string_view piece, std::vector<int32_t>& out) const;
@@ -95,11 +96,10 @@ class BPETokenizer {
   BPEVocab vocab_;
   std::shared_ptr<PreTokenizer> pre_;
   std::unordered_map<std::string, int32_t> token_to_id_;
-  std::unordered_map<uint64_t, std::pair<int32_t, int32_t>> merges_;  // (left<<32|right) -> (rank, merged id)
+  MergeTable merges_;
   int32_t byte_token_[256];
   std::vector<std::string> token_bytes_;  // decoded bytes of each id
-  std::vector<std::string> specials_;     // special token texts, longest first
-  std::vector<int32_t> special_ids_;
+  SpecialTokens specials_;                // control / user-defined token texts
   struct Cache {  // piece -> ids; behind a pointer so the tokenizer stays movable
     std::mutex mu;
     std::unordered_map<std::string, std::vector<int32_t>> map;

@@ -3,6 +3,10 @@
 #include <string>
 #include <vector>
 
+#include "models/formats/gguf_writer.h"
+#include "models/formats/hf_config.h"
+#include "models/formats/safetensors.h"
+
 namespace dtr {
 
 /// GGUF file -> Hugging Face directory: config.json, model.safetensors (f32; dequantised, Q/K
@@ -15,9 +19,9 @@ enum class GGUFOutType { f32, f16, bf16 };
 /// "f32" | "f16" | "bf16". Errors: anything else -> dtr::Error listing the choices.
 GGUFOutType parse_gguf_outtype(const std::string& s);
 
-/// Hugging Face Llama directory -> GGUF file, the inverse of convert_gguf_to_hf (as llama.cpp's
-/// convert_hf_to_gguf.py does it for LlamaForCausalLM):
-///  - metadata: general.architecture "llama", general.name, general.file_type, the llama.*
+/// Hugging Face model directory -> GGUF file, the inverse of convert_gguf_to_hf (as llama.cpp's
+/// convert_hf_to_gguf.py does it for the family):
+///  - metadata: general.architecture of the family, general.name, general.file_type, the <arch>.*
 ///    hyper-parameters of config.json (model_config_to_gguf), the tokenizer of tokenizer.json +
 ///    tokenizer_config.json (add_gguf_tokenizer; chat template from tokenizer_config.json or
 ///    chat_template.jinja; bos / eos / pad falling back to config.json's ids);
@@ -29,6 +33,14 @@ GGUFOutType parse_gguf_outtype(const std::string& s);
 /// a tensor that is not a Llama weight or whose shape disagrees with the config, a missing weight.
 void convert_hf_to_gguf(const std::string& hf_dir, const std::string& out_path,
                         GGUFOutType outtype = GGUFOutType::f32);
+
+/// The tensors of an HF state dict `sd` of config `c` as GGUF tensors of `w` (the tensor part of
+/// convert_hf_to_gguf): llama.cpp names of the family, Q/K rows permuted for the families llama.cpp
+/// permutes, its norm shift added (Gemma: 1 + weight), token_embd / blocks / output order, 2-D
+/// weights as `outtype`, 1-D F32; lm_head.weight left out when tied. `source` names the state
+/// dict in messages. Errors: a tensor with no GGUF name or a wrong shape, a missing weight.
+void add_gguf_model_tensors(gguf::GGUFWriter& w, const ModelConfig& c, safetensors::TensorMap sd, GGUFOutType outtype,
+                            const std::string& source);
 
 /// The tokenizer files of a base model into `out_dir`: from a GGUF, tokenizer.json +
 /// tokenizer_config.json (with its chat template) as convert_gguf_to_hf writes them; from an HF

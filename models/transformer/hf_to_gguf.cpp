@@ -90,20 +90,8 @@ std::pair<int64_t, std::string> tensor_order(const std::string& gguf_name) {
 
 }  // namespace
 
-void convert_hf_to_gguf(const std::string& hf_dir, const std::string& out_path, GGUFOutType outtype) {
-  const fs::path dir(hf_dir);
-  const ModelConfig c = load_model_config(hf_dir);
-  std::string chat_template;
-  const auto tok = load_tokenizer(dir, c, chat_template);
-
-  gguf::GGUFWriter w;
-  model_config_to_gguf(c, w);
-  const fs::path norm = fs::absolute(dir).lexically_normal();
-  w.add_string("general.name", (norm.has_filename() ? norm : norm.parent_path()).filename().string());
-  w.add_u32("general.file_type", file_type(outtype));
-  tokenizer::add_gguf_tokenizer(w, tok, chat_template, c.vocab_size);
-
-  safetensors::TensorMap sd = safetensors::load_checkpoint(hf_dir, safetensors::LoadMode::view);
+void add_gguf_model_tensors(gguf::GGUFWriter& w, const ModelConfig& c, safetensors::TensorMap sd, GGUFOutType outtype,
+                            const std::string& hf_dir) {
   std::vector<std::tuple<std::pair<int64_t, std::string>, std::string>> order;  // (key, hf name)
   for (const auto& [hf, t] : sd) {
     if (hf.ends_with("rotary_emb.inv_freq")) continue;
@@ -129,6 +117,22 @@ void convert_hf_to_gguf(const std::string& hf_dir, const std::string& out_path, 
     w.add_f32_tensor(key.second, shape, v, type);
     sd.erase(hf);  // release the map view / copy early
   }
+}
+
+void convert_hf_to_gguf(const std::string& hf_dir, const std::string& out_path, GGUFOutType outtype) {
+  const fs::path dir(hf_dir);
+  const ModelConfig c = load_model_config(hf_dir);
+  std::string chat_template;
+  const auto tok = load_tokenizer(dir, c, chat_template);
+
+  gguf::GGUFWriter w;
+  model_config_to_gguf(c, w);
+  const fs::path norm = fs::absolute(dir).lexically_normal();
+  w.add_string("general.name", (norm.has_filename() ? norm : norm.parent_path()).filename().string());
+  w.add_u32("general.file_type", file_type(outtype));
+  tokenizer::add_gguf_tokenizer(w, tok, chat_template, c.vocab_size);
+
+  add_gguf_model_tensors(w, c, safetensors::load_checkpoint(hf_dir, safetensors::LoadMode::view), outtype, hf_dir);
   fs::create_directories(fs::absolute(fs::path(out_path)).parent_path());
   w.write(out_path);
 }

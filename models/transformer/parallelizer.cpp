@@ -29,9 +29,10 @@ ParallelizePlan DecoderParallelizer::tp_plan(nn::Module& model, const MeshContex
   if (sp) {
     gathered_norm("input_layernorm");
     if (c.sandwich_norms) {
-      plan.push_back({L + "post_attention_layernorm", std::make_shared<SequenceParallel>(1, false)});
+      // After attention / the MLP: sequence shards in and out, local like the residual stream.
+      plan.push_back({L + "post_attention_layernorm", std::make_shared<SequenceParallel>(1, true)});
       gathered_norm("pre_feedforward_layernorm");
-      plan.push_back({L + "post_feedforward_layernorm", std::make_shared<SequenceParallel>(1, false)});
+      plan.push_back({L + "post_feedforward_layernorm", std::make_shared<SequenceParallel>(1, true)});
     } else {
       gathered_norm("post_attention_layernorm");
     }

@@ -5,6 +5,7 @@
 
 #include "models/data/chat_dataset.h"
 #include "models/data/packing.h"
+#include "models/tokenizer/bpe_tokenizer.h"
 #include "models/data/text_dataset.h"
 #include "models/data/token_shards.h"
 #include "models/formats/gguf.h"

@@ -195,7 +195,9 @@ TEST_CASE("ChatML template of SmolLM2-Instruct", "[tokenizer][chat]") {
       "You are X<|im_end|>\n' }}{% endif %}{{'<|im_start|>' + message['role'] + '\n' + message['content'] + "
       "'<|im_end|>' + '\n'}}{% endfor %}";
   CHECK(ChatTemplate::from_jinja(jinja).default_system() == "You are X");
-  REQUIRE_THROWS_WITH(ChatTemplate::from_jinja("{{ bos_token }}[INST]"), Contains("not ChatML"));
+  REQUIRE_THROWS_WITH(ChatTemplate::from_jinja("{{ bos_token }}### Human:"),
+                      Contains("not recognised") && Contains("gemma, llama3, mistral"));
+  CHECK(ChatTemplate::from_jinja("{{ bos_token }}[INST]").kind() == "mistral");
 }
 
 TEST_CASE("real SmolLM2 tokenizer matches Hugging Face token ids", "[tokenizer][real]") {

@@ -7,6 +7,7 @@
 
 #include "dtensor/api.h"
 #include "llama_test_util.h"
+#include "train_compare.h"
 #include "models/transformer/causal_lm.h"
 #include "models/transformer/parallelizer.h"
 #include "models/lora/inject.h"
@@ -35,51 +36,12 @@ std::shared_ptr<LlamaForCausalLM> make_llama(bool lora) { return testing::make_d
 
 Tensor rows(int step, int64_t b0, int64_t b1) { return testing::debug_token_rows(step, b0, b1, kSeq); }
 
-struct Run {
-  std::vector<double> losses;
-  std::map<std::string, Tensor> params;
-};
-
-/// 5 AdamW steps on data-parallel rank `dp_rank` of `dp`; `finish` completes the backward.
-Run train(LlamaForCausalLM& m, int64_t dp_rank, int64_t dp, const std::function<void()>& finish) {
-  std::vector<Tensor> ps;
-  for (auto& p : m.parameters())
-    if (p.requires_grad()) ps.push_back(p);
-  optim::AdamW adam(ps, optim::AdamWOptions{1e-3});
-  auto loss_pg = DeviceMesh::world("loss").group(0);
-  Run r;
-  const int64_t n = kBatch / dp;
-  for (int step = 0; step < 5; ++step) {
-    Tensor ids = rows(step, dp_rank * n, (dp_rank + 1) * n);
-    Tensor loss = causal_lm_loss(m.call(ids), ids);
-    loss.backward();
-    if (finish) finish();
-    adam.step();
-    adam.zero_grad();
-    Tensor l = from_vector<double>({(loss.is_distributed() ? full_tensor(loss.detach()) : loss).item<double>()}, {1});
-    loss_pg->all_reduce(l, ReduceOp::AVG)->wait();  // tp ranks hold equal losses
-    r.losses.push_back(l.item<double>());
-  }
-  for (auto& [n2, p] : m.named_parameters())
-    r.params[n2] = p.is_distributed() ? full_tensor(p.detach()) : p.detach().clone();
-  return r;
+testing::TrainRun train(LlamaForCausalLM& m, int64_t dp_rank, int64_t dp, const std::function<void()>& finish) {
+  return testing::train_adamw(m, rows, kBatch, dp_rank, dp, finish);
 }
 
-void check_equal(const Run& ref, const Run& got) {
-  for (size_t i = 0; i < ref.losses.size(); ++i) {
-    INFO("step " << i << " single " << ref.losses[i] << " fsdp+tp " << got.losses[i]);
-    CHECK(std::abs(ref.losses[i] - got.losses[i]) <= kLossRelTol * ref.losses[i]);
-  }
-  double worst = 0;
-  std::string where;
-  for (auto& [n, t] : ref.params) {
-    REQUIRE(got.params.count(n));
-    REQUIRE(got.params.at(n).sizes() == t.sizes());
-    const double d = amax(abs(sub(t, got.params.at(n)))).item<double>();
-    if (d > worst) worst = d, where = n;
-  }
-  INFO("max |param diff| " << worst << " at " << where);
-  CHECK(worst <= kParamTol);
+void check_equal(const testing::TrainRun& ref, const testing::TrainRun& got) {
+  testing::check_same_run(ref, got, kLossRelTol, kParamTol);
 }
 
 }  // namespace
@@ -93,7 +55,7 @@ TEST_CASE("FSDP + TP: debug Llama (full fine-tune and LoRA) equals the single-pr
   if (w == 1) meshes = {{1, 1}};
   for (bool lora : {false, true}) {
     auto ref_model = make_llama(lora);
-    const Run ref = train(*ref_model, 0, 1, nullptr);
+    const testing::TrainRun ref = train(*ref_model, 0, 1, nullptr);
     for (auto [dp, tp] : meshes) {
       INFO("lora " << lora << " mesh " << dp << "x" << tp);
       DeviceMesh mesh({dp, tp}, {"dp_shard", "tp"});

@@ -1,0 +1,39 @@
+// load_tokenizer: the tokenizer kind of a model file (see tokenizer.h).
+#include "models/tokenizer/tokenizer.h"
+
+#include <filesystem>
+#include <nlohmann/json.hpp>
+
+#include "models/formats/gguf.h"
+#include "models/formats/mapped_file.h"
+#include "models/tokenizer/bpe_tokenizer.h"
+#include "models/tokenizer/sentencepiece.h"
+#include "tensor/error.h"
+
+namespace dtr::tokenizer {
+
+std::shared_ptr<Tokenizer> load_tokenizer(const std::string& path) {
+  namespace fs = std::filesystem;
+  DTR_CHECK(fs::exists(path), "tokenizer: no such file or directory '", path, "'");
+  if (path.size() >= 5 && path.compare(path.size() - 5, 5, ".gguf") == 0) {
+    const auto g = gguf::GGUFFile::open(path);
+    const std::string model = g.get_string("tokenizer.ggml.model", "");
+    if (model == "gpt2") return std::make_shared<BPETokenizer>(BPETokenizer::from_gguf(g));
+    if (model == "llama") return std::make_shared<SentencePieceTokenizer>(SentencePieceTokenizer::from_gguf(g));
+    DTR_ERROR(path, ": tokenizer.ggml.model '", model, "' is not supported (gpt2: byte-level BPE, llama: SentencePiece)");
+  }
+  const std::string file = fs::is_directory(path) ? (fs::path(path) / "tokenizer.json").string() : path;
+  nlohmann::json j;
+  try {
+    j = nlohmann::json::parse(read_file_to_string(file));
+  } catch (const nlohmann::json::exception& e) {
+    DTR_ERROR(file, ": JSON error: ", e.what());
+  }
+  const bool byte_fallback = j.is_object() && j.contains("model") && j["model"].is_object() &&
+                             j["model"].contains("byte_fallback") && j["model"]["byte_fallback"].is_boolean() &&
+                             j["model"]["byte_fallback"].get<bool>();
+  if (byte_fallback) return std::make_shared<SentencePieceTokenizer>(SentencePieceTokenizer::from_hf_json(j, file));
+  return std::make_shared<BPETokenizer>(BPETokenizer::from_hf_file(file));
+}
+
+}  // namespace dtr::tokenizer
