@@ -12,7 +12,7 @@
 
 #include "apps/train/recipe.h"
 #include "dtensor/api.h"
-#include "models/llama/llama.h"
+#include "models/transformer/causal_lm.h"
 #include "runtime/device_mesh.h"
 #include "runtime/env.h"
 #include "tensor/ops.h"
