@@ -22,7 +22,7 @@ void KVReplicateParallel::apply(nn::Module& m, const std::string& fqn, const Dev
             " key/value heads");
   for (auto& [sub_fqn, sub] : m.named_modules())
     for (auto& [name, t] : sub->named_parameters("", false)) tp::distribute_param(*sub, name, mesh, {Replicate()}, memo, true);
-  tp::install_input_hook(m, mesh, Replicate(), Replicate());
+  tp::install_input_hook(m, mesh, Replicate(), Replicate(), type_name() + " input of '" + fqn + "'");
   const int64_t rep = tp / kv, D = out / kv;
   m.register_forward_hook([kv, rep, D](nn::Module&, const std::vector<Tensor>&,
                                        const std::vector<Tensor>& outs) -> std::optional<std::vector<Tensor>> {
