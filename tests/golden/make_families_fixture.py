@@ -22,6 +22,10 @@ Check that transformers loads a GGUF written by dtr (dtr-convert hf-to-gguf or t
 test) and gives the stored logits:
     python make_families_fixture.py --check-dtr-gguf FAMILY FILE.gguf
 
+Check that dtr imports a PEFT LoRA adapter of every family and that its merged export loads in
+transformers (dtr-convert merge-adapter; logits equal PEFT's on the fixture batch):
+    python make_families_fixture.py --check-dtr-merge build/bin/dtr-convert
+
 Usage (the reference venv: torch, transformers, safetensors, numpy):
     /work/.venv-ref/bin/python tests/golden/make_families_fixture.py
 """
@@ -111,13 +115,51 @@ def check_dtr_gguf(name, path):
     return 0 if diff < 1e-4 else 1
 
 
+def check_dtr_merge(dtr_convert):
+    import subprocess
+    import tempfile
+    from peft import LoraConfig, get_peft_model
+    with open(os.path.join(HERE, "families_debug.json")) as fh:
+        ref = json.load(fh)
+    worst = 0.0
+    for name in configs():
+        base = transformers.AutoModelForCausalLM.from_pretrained(os.path.join(HERE, f"{name}_debug"),
+                                                                 dtype=torch.float32).eval()
+        cfg = LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj",
+                                                             "up_proj", "down_proj"], lora_dropout=0.0)
+        pm = get_peft_model(base, cfg)
+        g = torch.Generator().manual_seed(3)
+        with torch.no_grad():
+            for n, p in pm.named_parameters():
+                if "lora_" in n:
+                    p.copy_(torch.randn(p.shape, generator=g) * 0.05)
+        ids = torch.tensor(ref[name]["input_ids"])
+        with torch.no_grad():
+            want = pm(input_ids=ids).logits
+        with tempfile.TemporaryDirectory() as tmp:
+            pm.save_pretrained(os.path.join(tmp, "adapter"))
+            subprocess.run([dtr_convert, "merge-adapter", os.path.join(HERE, f"{name}_debug"),
+                            os.path.join(tmp, "adapter"), os.path.join(tmp, "merged")], check=True)
+            merged = transformers.AutoModelForCausalLM.from_pretrained(os.path.join(tmp, "merged"),
+                                                                       dtype=torch.float32).eval()
+            with torch.no_grad():
+                got = merged(input_ids=ids).logits
+        d = (got - want).abs().max().item()
+        worst = max(worst, d)
+        print(f"{name}: dtr merged export loaded as {type(merged).__name__}: max |logits - PEFT| = {d:.3e}")
+    return 0 if worst < 1e-4 else 1
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--check-dtr-gguf", nargs=2, metavar=("FAMILY", "GGUF"))
+    ap.add_argument("--check-dtr-merge", metavar="DTR_CONVERT")
     a = ap.parse_args()
     torch.set_num_threads(2)
     if a.check_dtr_gguf:
         sys.exit(check_dtr_gguf(*a.check_dtr_gguf))
+    if a.check_dtr_merge:
+        sys.exit(check_dtr_merge(a.check_dtr_merge))
     out = {"tool": f"torch {torch.__version__}, transformers {transformers.__version__}"}
     for name, (cls, cfg) in configs().items():
         out[name] = make(name, cls, cfg)
