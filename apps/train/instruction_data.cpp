@@ -113,7 +113,7 @@ bool tokenizer_has_chat_template(const std::string& path) {
 
 std::vector<data::Sample> load_instruction_dataset(const DatasetRecipe& d, const tokenizer::Tokenizer& tok,
                                                    bool chat) {
-  const auto tmpl = d.chat_template == "smollm2" ? tokenizer::ChatTemplate::smollm2() : tokenizer::ChatTemplate::chatml();
+  const auto tmpl = tokenizer::ChatTemplate::from_name(d.chat_template);
   std::vector<std::vector<int32_t>> ids;
   std::vector<std::vector<uint8_t>> masks;
   for (const auto& path : d.paths)
