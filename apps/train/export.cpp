@@ -7,7 +7,7 @@
 #include <nlohmann/json.hpp>
 
 #include "dtensor/api.h"
-#include "models/llama/convert.h"
+#include "models/transformer/convert.h"
 #include "models/lora/inject.h"
 #include "models/lora/peft.h"
 #include "runtime/env.h"
