@@ -79,7 +79,9 @@ void write_json(const ModelConfig& c, nlohmann::json& j) {
   j.erase("hidden_act");
   j["hidden_activation"] = c.hidden_act;
   j["attention_bias"] = c.attention_bias;
-  j["query_pre_attn_scalar"] = c.query_pre_attn_scalar;
+  // An integer in transformers' Gemma3TextConfig (v5 rejects 24.0): written as one when it is whole.
+  const double q = c.query_pre_attn_scalar;
+  j["query_pre_attn_scalar"] = q == std::floor(q) ? nlohmann::json(static_cast<int64_t>(q)) : nlohmann::json(q);
   j["sliding_window"] = c.sliding_window;
   j["rope_local_base_freq"] = c.rope_local_base_freq;
   j["layer_types"] = c.layer_types;

@@ -110,6 +110,8 @@ TEST_CASE("families: config.json selects the family; unknown model_type lists th
   CHECK(g.query_pre_attn_scalar == 24);
   CHECK(g.norm_offset);
   CHECK(g.tie_word_embeddings);
+  // transformers 5 rejects a float query_pre_attn_scalar (24.0) when it loads the export.
+  CHECK(to_json(g)["query_pre_attn_scalar"].is_number_integer());
   nlohmann::json j = to_json(q2);
   j["model_type"] = "gpt_neox";
   CHECK_THROWS_WITH(model_config_from_json(j, "m/config.json"),
