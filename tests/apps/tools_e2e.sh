@@ -11,7 +11,7 @@ set -uo pipefail
 TRAIN="$1"; CONVERT="$2"; GENERATE="$3"
 fail() { echo "FAIL: $*"; exit 1; }
 d=out/tools_e2e
-rm -rf $d
+rm -rf $d && mkdir -p $d
 "$TRAIN" --config tests/automodel/llama3_2_1b_squad_peft.yaml --set step_scheduler.max_steps=1 \
     --set step_scheduler.global_batch_size=4 --set step_scheduler.local_batch_size=2 \
     --set checkpoint.checkpoint_dir=$d/run > $d.train.log 2>&1 || { tail -5 $d.train.log; fail "dtr-train"; }
