@@ -19,6 +19,13 @@ bool ModelConfig::is_sliding(int64_t i) const {
   return i >= 0 && i < static_cast<int64_t>(layer_types.size()) && layer_types[i] == "sliding_attention";
 }
 
+bool ModelConfig::is_moe_layer(int64_t i) const {
+  if (num_experts <= 0) return false;
+  for (int64_t l : mlp_only_layers)
+    if (l == i) return false;
+  return decoder_sparse_step > 0 && (i + 1) % decoder_sparse_step == 0;
+}
+
 void ModelConfig::validate(const std::string& src) const {
   auto pos = [&](const char* k, int64_t v) { DTR_CHECK(v > 0, src, ": ", k, " = ", v, " must be positive"); };
   pos("vocab_size", vocab_size);
@@ -44,6 +51,13 @@ void ModelConfig::validate(const std::string& src) const {
     sliding = sliding || t == "sliding_attention";
   }
   DTR_CHECK(sliding_window >= 0, src, ": sliding_window = ", sliding_window, " must not be negative");
+  if (num_experts > 0) {
+    DTR_CHECK(num_experts_per_tok >= 1 && num_experts_per_tok <= num_experts, src, ": num_experts_per_tok = ",
+              num_experts_per_tok, " must be in [1, num_experts = ", num_experts, "]");
+    pos("moe_intermediate_size", moe_intermediate_size);
+    pos("decoder_sparse_step", decoder_sparse_step);
+    DTR_CHECK(hidden_act == "silu", src, ": hidden_act = '", hidden_act, "' for experts (only silu is built)");
+  }
   DTR_CHECK(!sliding || sliding_window > 0, src, ": layer_types has sliding_attention layers but sliding_window = ",
             sliding_window);
   DTR_CHECK(!sliding || rope_local_base_freq > 0, src, ": rope_local_base_freq = ", rope_local_base_freq,

@@ -55,6 +55,14 @@ struct ModelConfig {
   double query_pre_attn_scalar = 0;     // Gemma 3: attention scale = query_pre_attn_scalar^-0.5 (0: head_dim)
   double final_logit_softcapping = 0;   // logits = c * tanh(logits / c); 0 = none
   double attn_logit_softcapping = 0;    // 0 = none (anything else is rejected: not built)
+  // Mixture of experts (Qwen3-MoE, Mixtral; read by their families): num_experts 0 = dense.
+  int64_t num_experts = 0;              // Qwen3-MoE num_experts / Mixtral num_local_experts
+  int64_t num_experts_per_tok = 0;      // top-k
+  int64_t moe_intermediate_size = 0;    // each expert's width (Mixtral: intermediate_size)
+  bool norm_topk_prob = true;           // renormalise the top-k weights (Mixtral: always)
+  int64_t decoder_sparse_step = 1;      // Qwen3-MoE: layer i is MoE when (i + 1) % step == 0 ...
+  std::vector<int64_t> mlp_only_layers; // ... and i is not listed here
+  double router_aux_loss_coef = 0.0;    // HF: loss += coef * load_balancing_loss (output_router_logits)
   // ---- family switches (set by the family, not read from config.json) ----
   bool qkv_bias = false;                // q/k/v projections have a bias (Qwen2: always)
   bool o_bias = false;                  // o_proj has a bias
@@ -67,6 +75,8 @@ struct ModelConfig {
   int64_t eos_token_id() const { return eos_token_ids.empty() ? -1 : eos_token_ids.front(); }
   /// True when layer `i` uses sliding-window attention.
   bool is_sliding(int64_t i) const;
+  /// True when layer `i`'s MLP is a mixture of experts (HF Qwen3MoeDecoderLayer's rule).
+  bool is_moe_layer(int64_t i) const;
   /// Checks positivity and divisibility (heads | hidden when head_dim is derived, kv | heads),
   /// layer_types, the activation, and what is not built (attention softcapping).
   /// Errors: dtr::Error naming the key, its value and `source`.

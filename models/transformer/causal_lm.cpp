@@ -17,6 +17,17 @@ int64_t llama_head_dim(const ModelConfig& c) {
 
 std::string class_prefix(const ModelConfig& c) { return model_family(c.model_type).class_prefix; }
 
+nn::MoEConfig moe_config(const ModelConfig& c) {
+  nn::MoEConfig m;
+  m.hidden_size = c.hidden_size;
+  m.moe_intermediate_size = c.moe_intermediate_size;
+  m.num_experts = c.num_experts;
+  m.num_experts_per_tok = c.num_experts_per_tok;
+  m.norm_topk_prob = c.norm_topk_prob;
+  m.hidden_act = c.hidden_act;
+  return m;
+}
+
 namespace {
 
 Tensor call_child(nn::Module& m, const char* name, const Tensor& x) { return m.get_submodule(name)->call(x); }
@@ -29,7 +40,8 @@ DecoderLayer::DecoderLayer(const ModelConfig& c, int64_t layer_idx, DType dt, bo
     : prefix_(class_prefix(c)), sandwich_(c.sandwich_norms) {
   auto norm = [&] { return std::make_shared<nn::RMSNorm>(c.hidden_size, c.rms_norm_eps, dt, c.norm_offset); };
   register_module("self_attn", std::make_shared<Attention>(c, layer_idx, dt, init));
-  register_module("mlp", std::make_shared<GatedMLP>(c, dt, init));
+  if (c.is_moe_layer(layer_idx)) register_module("mlp", std::make_shared<nn::MoE>(moe_config(c), dt, init));
+  else register_module("mlp", std::make_shared<GatedMLP>(c, dt, init));
   register_module("input_layernorm", norm());
   register_module("post_attention_layernorm", norm());
   if (sandwich_) {
@@ -113,7 +125,12 @@ Tensor CausalLM::forward(const Tensor& ids) {
 }
 
 Tensor CausalLM::forward_loss(const Tensor& ids, const Tensor& labels, bool shift) {
-  return causal_lm_loss(call(ids), labels, shift);  // call(): runs the forward hooks (FSDP root, TP)
+  Tensor loss = causal_lm_loss(call(ids), labels, shift);  // call(): runs the forward hooks (FSDP root, TP)
+  // MoE families: + router_aux_loss_coef * load-balancing loss over the layers (HF with
+  // output_router_logits).
+  if (Tensor aux = nn::moe_auxiliary_loss(*this, config_.router_aux_loss_coef, 0.0); aux.defined())
+    loss = add(loss, aux.to(loss.dtype()));
+  return loss;
 }
 
 Tensor causal_lm_loss(const Tensor& logits, const Tensor& labels, bool shift, int64_t ignore_index) {

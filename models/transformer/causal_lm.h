@@ -26,6 +26,7 @@
 #include "tensor/nn/embedding.h"
 #include "tensor/nn/linear.h"
 #include "tensor/nn/module_list.h"
+#include "tensor/nn/moe.h"
 #include "tensor/nn/rms_norm.h"
 
 namespace dtr {
@@ -41,7 +42,11 @@ int64_t llama_head_dim(const ModelConfig& c);
 /// The family's HF class-name prefix of `c.model_type` ("Llama", "Qwen3", "Gemma3" ...).
 std::string class_prefix(const ModelConfig& c);
 
-/// One decoder block.
+/// The nn::MoE settings of a MoE family's config (Qwen3-MoE, Mixtral).
+nn::MoEConfig moe_config(const ModelConfig& c);
+
+/// One decoder block. MoE families (ModelConfig::is_moe_layer): mlp is an nn::MoE
+/// (mlp.gate.weight, mlp.experts.gate_up_proj / down_proj, transformers 5's names).
 ///  Llama family: h = x + attn(input_layernorm(x)); out = h + mlp(post_attention_layernorm(h)).
 ///  Gemma 3 (sandwich_norms): h = x + post_attention_layernorm(attn(input_layernorm(x)));
 ///    out = h + post_feedforward_layernorm(mlp(pre_feedforward_layernorm(h))).
@@ -86,7 +91,9 @@ class CausalLM : public nn::Module {
   std::string type_name() const override { return class_prefix(config_) + "ForCausalLM"; }
   Tensor forward(const Tensor& input_ids) override;
 
-  /// Mean causal-LM loss: forward(input_ids) then causal_lm_loss(logits, labels).
+  /// Mean causal-LM loss: forward(input_ids) then causal_lm_loss(logits, labels); MoE families
+  /// add router_aux_loss_coef * nn::load_balancing_loss of the layers (HF's loss with
+  /// output_router_logits).
   Tensor forward_loss(const Tensor& input_ids, const Tensor& labels, bool shift = true);
 
   /// Redraws every weight as described at the constructor.

@@ -17,6 +17,7 @@ void load_model_state_dict(CausalLM& model, safetensors::TensorMap sd, const std
     if (it->first.ends_with("rotary_emb.inv_freq")) it = sd.erase(it);
     else ++it;
   }
+  group_expert_weights(model.config(), sd);
   if (model.tied()) {
     auto emb = sd.find("model.embed_tokens.weight");
     auto head = sd.find("lm_head.weight");

@@ -29,6 +29,15 @@ std::shared_ptr<CausalLM> load_model_hf(const std::string& dir, DType dtype = DT
 /// load_model_gguf for a path ending in ".gguf", load_model_hf otherwise.
 std::shared_ptr<CausalLM> load_model(const std::string& path, DType dtype = DType::f32);
 
+/// HF checkpoints of MoE families store experts one by one: Qwen3-MoE
+/// `model.layers.L.mlp.experts.E.{gate,up,down}_proj.weight`, Mixtral
+/// `model.layers.L.block_sparse_moe.experts.E.{w1,w3,w2}.weight` (+ `block_sparse_moe.gate.weight`);
+/// dtr holds them grouped as transformers 5 does in memory (`mlp.experts.gate_up_proj` [E, 2I, H]
+/// = gate rows then up rows of each expert, `mlp.experts.down_proj` [E, H, I], `mlp.gate.weight`).
+/// Rewrites `sd` in place for every MoE layer of `c` (already grouped keys are kept). Errors: an
+/// expert missing from a layer (names the key).
+void group_expert_weights(const ModelConfig& c, safetensors::TensorMap& sd);
+
 /// Copies an HF-named state dict into `model` (strict: every model key, nothing else;
 /// lm_head.weight may be absent when tied). `source` names the file in messages.
 void load_model_state_dict(CausalLM& model, safetensors::TensorMap sd, const std::string& source);
