@@ -232,7 +232,9 @@ int64_t MeshContext::dp_rank() const {
 std::string MeshContext::str() const {
   std::ostringstream os;
   os << "strategy=" << strategy << " world=" << world_size << " dp=" << dp_size << " (replicate " << dp_replicate_size
-     << " x shard " << dp_size / dp_replicate_size << ") tp=" << tp_size << " sequence_parallel="
+     << " x shard " << dp_size / dp_replicate_size << ") tp=" << tp_size;
+  if (ep_size > 1) os << " ep=" << ep_size << " (ep_shard " << dp_size / dp_replicate_size * cp_size / ep_size << ")";
+  os << " sequence_parallel="
      << (sequence_parallel ? "true" : "false") << " activation_checkpointing=" << activation_checkpointing;
   if (!defer_fsdp_grad_sync) os << " defer_fsdp_grad_sync=false (gradients reduced every micro-batch)";
   if (offload_policy.enabled)

@@ -133,8 +133,10 @@ Plan make_plan(const Recipe& r, int world) {
   const int64_t tp = p.mesh.tp_size;
   const auto& c = p.config;
   check_tp_heads(c, tp, p.model_source);
-  DTR_CHECK(p.mesh.ep_size == 1, "distributed.ep_size=", p.mesh.ep_size, ": ", p.model_source,
-            " has no MoE block (dtr-train builds dense models only so far; use ep_size 1)");
+  DTR_CHECK(p.mesh.ep_size == 1 || c.num_experts > 0, "distributed.ep_size=", p.mesh.ep_size, ": ", p.model_source,
+            " has no MoE block (expert parallelism needs a MoE family: qwen3_moe, mixtral)");
+  DTR_CHECK(c.num_experts == 0 || c.num_experts % p.mesh.ep_size == 0, "distributed.ep_size=", p.mesh.ep_size,
+            " does not divide num_experts=", c.num_experts, " (", p.model_source, ")");
   p.dp_size = p.mesh.dp_size;
   const auto& st = r.step_scheduler;
   const int64_t per_step = st.local_batch_size * p.dp_size;

@@ -21,6 +21,7 @@
 #include "parallel/fsdp/fully_shard.h"
 #include "parallel/model_parallelizer.h"
 #include "runtime/env.h"
+#include "tensor/nn/moe.h"
 #include "tensor/allocator.h"
 #include "tensor/autograd/grad_mode.h"
 #include "tensor/error.h"
@@ -296,7 +297,12 @@ struct Trainer {
         Tensor logits = model->call(batch.input_ids);
         Tensor loss = causal_lm_loss(logits, batch.labels, false);
         const double w = static_cast<double>(batch.num_label_tokens) * plan.dp_size / n_global;
-        mul(loss, w).backward();
+        Tensor objective = mul(loss, w);
+        // MoE: + router_aux_loss_coef * the load-balancing loss of this micro-batch, averaged over
+        // micro-batches (and, by the gradient averaging, over dp ranks).
+        if (Tensor aux = nn::moe_auxiliary_loss(*model, plan.config.router_aux_loss_coef, 0.0); aux.defined())
+          objective = add(objective, mul(aux.to(objective.dtype()), 1.0 / static_cast<double>(plan.grad_accum)));
+        objective.backward();
         loss_sum += scalar_value(loss) * batch.num_label_tokens;
       }
       finish_model_backward(*model, ctx);
