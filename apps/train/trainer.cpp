@@ -300,8 +300,10 @@ struct Trainer {
         Tensor objective = mul(loss, w);
         // MoE: + router_aux_loss_coef * the load-balancing loss of this micro-batch, averaged over
         // micro-batches (and, by the gradient averaging, over dp ranks).
+        // (Added as plain tensors: under loss parallelism the loss is a DTensor, the aux loss is not.)
         if (Tensor aux = nn::moe_auxiliary_loss(*model, plan.config.router_aux_loss_coef, 0.0); aux.defined())
-          objective = add(objective, mul(aux.to(objective.dtype()), 1.0 / static_cast<double>(plan.grad_accum)));
+          objective = add(objective.is_distributed() ? full_tensor(objective) : objective,
+                          mul(aux.to(objective.dtype()), 1.0 / static_cast<double>(plan.grad_accum)));
         objective.backward();
         loss_sum += scalar_value(loss) * batch.num_label_tokens;
       }

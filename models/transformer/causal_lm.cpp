@@ -3,6 +3,7 @@
 
 #include <cmath>
 
+#include "dtensor/api.h"
 #include "models/transformer/family.h"
 #include "tensor/autograd/grad_mode.h"
 #include "tensor/ops.h"
@@ -128,8 +129,10 @@ Tensor CausalLM::forward_loss(const Tensor& ids, const Tensor& labels, bool shif
   Tensor loss = causal_lm_loss(call(ids), labels, shift);  // call(): runs the forward hooks (FSDP root, TP)
   // MoE families: + router_aux_loss_coef * load-balancing loss over the layers (HF with
   // output_router_logits).
+  // The loss is a DTensor under loss parallelism, the aux loss a plain tensor of the local tokens:
+  // add them as plain tensors, or the router's gradient would come back distributed.
   if (Tensor aux = nn::moe_auxiliary_loss(*this, config_.router_aux_loss_coef, 0.0); aux.defined())
-    loss = add(loss, aux.to(loss.dtype()));
+    loss = add(loss.is_distributed() ? full_tensor(loss) : loss, aux.to(loss.dtype()));
   return loss;
 }
 
