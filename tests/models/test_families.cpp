@@ -116,7 +116,7 @@ TEST_CASE("families: config.json selects the family; unknown model_type lists th
   j["model_type"] = "gpt_neox";
   CHECK_THROWS_WITH(model_config_from_json(j, "m/config.json"),
                     Contains("m/config.json") && Contains("model_type 'gpt_neox' is not supported") &&
-                        Contains("gemma3_text, llama, mistral, qwen2, qwen3"));
+                        Contains("gemma3_text, llama, mistral, mixtral, qwen2, qwen3, qwen3_moe"));
   j["model_type"] = "gemma3_text";
   j["attn_logit_softcapping"] = 50.0;
   CHECK_THROWS_WITH(model_config_from_json(j, "x"), Contains("attn_logit_softcapping") && Contains("not supported"));
