@@ -54,20 +54,24 @@ BPETokenizer::BPETokenizer(BPEVocab vocab) : vocab_(std::move(vocab)) {
   }
 }
 
-const std::string& BPETokenizer::token(int32_t id) const {
-  DTR_CHECK(id >= 0 && static_cast<size_t>(id) < vocab_.tokens.size(), "token id ", id, " is outside the vocabulary of ",
-            vocab_.tokens.size());
-  return vocab_.tokens[static_cast<size_t>(id)];
+const std::string& vocab_token(const std::vector<std::string>& tokens, int32_t id) {
+  DTR_CHECK(id >= 0 && static_cast<size_t>(id) < tokens.size(), "token id ", id, " is outside the vocabulary of ",
+            tokens.size());
+  return tokens[static_cast<size_t>(id)];
 }
+
+bool vocab_is_control(const std::vector<TokenType>& types, int32_t id) {
+  return id >= 0 && static_cast<size_t>(id) < types.size() && types[static_cast<size_t>(id)] == TokenType::control;
+}
+
+const std::string& BPETokenizer::token(int32_t id) const { return vocab_token(vocab_.tokens, id); }
 
 int32_t BPETokenizer::token_to_id(const std::string& text) const {
   auto it = token_to_id_.find(text);
   return it == token_to_id_.end() ? -1 : it->second;
 }
 
-bool BPETokenizer::is_special(int32_t id) const {
-  return id >= 0 && static_cast<size_t>(id) < vocab_.types.size() && vocab_.types[static_cast<size_t>(id)] == TokenType::control;
-}
+bool BPETokenizer::is_special(int32_t id) const { return vocab_is_control(vocab_.types, id); }
 
 // Merges by rank with a min-heap of candidate pairs ordered by (rank, position): the same
 // order as Hugging Face tokenizers' BPE word merge (lowest rank first, leftmost on ties).

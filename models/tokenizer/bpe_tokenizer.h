@@ -25,6 +25,12 @@ namespace tokenizer {
 /// GGUF token types (llama.cpp's llama_token_type).
 enum class TokenType : int32_t { undefined = 0, normal = 1, unknown = 2, control = 3, user_defined = 4, unused = 5, byte = 6 };
 
+/// Text of token `id` of an id -> text table (every tokenizer kind's `token()`).
+/// Errors: `id` outside [0, tokens.size()).
+const std::string& vocab_token(const std::vector<std::string>& tokens, int32_t id);
+/// True when `id` is a control token of an id -> type table (empty table: none are).
+bool vocab_is_control(const std::vector<TokenType>& types, int32_t id);
+
 /// Everything a BPE tokenizer is built from (what GGUF and tokenizer.json both provide).
 struct BPEVocab {
   std::vector<std::string> tokens;              // id -> token text (byte-level mapped)

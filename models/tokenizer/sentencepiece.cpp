@@ -231,20 +231,14 @@ SentencePieceTokenizer SentencePieceTokenizer::from_hf_json(const nlohmann::json
   }
 }
 
-const std::string& SentencePieceTokenizer::token(int32_t id) const {
-  DTR_CHECK(id >= 0 && static_cast<size_t>(id) < vocab_.tokens.size(), "token id ", id, " is outside the vocabulary of ",
-            vocab_.tokens.size());
-  return vocab_.tokens[static_cast<size_t>(id)];
-}
+const std::string& SentencePieceTokenizer::token(int32_t id) const { return vocab_token(vocab_.tokens, id); }
 
 int32_t SentencePieceTokenizer::token_to_id(const std::string& text) const {
   auto it = token_to_id_.find(text);
   return it == token_to_id_.end() ? -1 : it->second;
 }
 
-bool SentencePieceTokenizer::is_special(int32_t id) const {
-  return id >= 0 && static_cast<size_t>(id) < vocab_.types.size() && vocab_.types[static_cast<size_t>(id)] == TokenType::control;
-}
+bool SentencePieceTokenizer::is_special(int32_t id) const { return vocab_is_control(vocab_.types, id); }
 
 void SentencePieceTokenizer::encode_segment(std::string_view text, size_t begin, size_t end, std::vector<int32_t>& out,
                                             Offsets* offsets) const {
