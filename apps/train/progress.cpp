@@ -71,11 +71,13 @@ ProgressPrinter::ProgressPrinter(FILE* out, const std::string& mode_arg) : out_(
 
 void ProgressPrinter::step(const StepMetrics& m) {
   const std::string mfu = m.mfu >= 0 ? strformat(" | MFU %.1f%%", 100.0 * m.mfu) : std::string();
+  const std::string a2a =
+      m.dispatch_bytes >= 0 ? strformat(" | dispatch %.2f MiB", m.dispatch_bytes / (1024.0 * 1024.0)) : std::string();
   const std::string line = strformat(
-      "step %lld/%lld | loss %.4f | lr %.3g | grad norm %.3f | %.0f tok/s (padding incl.), %.0f label tok/s%s | "
+      "step %lld/%lld | loss %.4f | lr %.3g | grad norm %.3f | %.0f tok/s (padding incl.), %.0f label tok/s%s%s | "
       "peak mem %.0f MiB | ETA %s",
       (long long)m.step, (long long)m.total_steps, m.loss, m.lr, m.grad_norm, m.tokens_per_s, m.label_tokens_per_s,
-      mfu.c_str(), m.peak_mem_gib * 1024.0, format_duration(m.eta_s).c_str());
+      mfu.c_str(), a2a.c_str(), m.peak_mem_gib * 1024.0, format_duration(m.eta_s).c_str());
   if (tty_) {
     std::fprintf(out_, "\r\033[K%s", line.c_str());
     open_line_ = true;

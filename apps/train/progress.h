@@ -21,6 +21,7 @@ struct StepMetrics {
   double step_time_s = 0;
   int64_t label_tokens = 0;   // tokens that carried loss in the global batch
   double val_loss = -1;       // < 0: not evaluated this step
+  double dispatch_bytes = -1; // expert parallelism: bytes the ep all-to-alls sent this step, summed over dp ranks; < 0: no ep
 };
 
 /// A measured SGEMM peak of this process: the best of a few 512^3 f32 matmuls through

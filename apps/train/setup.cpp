@@ -92,8 +92,12 @@ LlamaConfig resolve_config(const Recipe& r, std::string& source) {
 int64_t llama_param_count(const LlamaConfig& c) {
   const int64_t H = c.hidden_size, I = c.intermediate_size, V = c.vocab_size, hd = llama_head_dim(c);
   const int64_t nh = c.num_attention_heads, nkv = c.num_key_value_heads > 0 ? c.num_key_value_heads : nh;
-  const int64_t layer = H * nh * hd + 2 * H * nkv * hd + nh * hd * H + 3 * H * I + 2 * H;
-  return V * H + c.num_hidden_layers * layer + H + (c.tie_word_embeddings ? 0 : V * H);
+  const int64_t attention = H * nh * hd + 2 * H * nkv * hd + nh * hd * H + 2 * H + (c.qk_norm ? 2 * hd : 0);
+  // MoE layers: router [E, H] + E experts' gate, up, down [moe_I, H] (all of them: stored)
+  const int64_t moe_mlp = H * c.num_experts + c.num_experts * 3 * H * c.moe_intermediate_size;
+  int64_t n = V * H + H + (c.tie_word_embeddings ? 0 : V * H);
+  for (int64_t l = 0; l < c.num_hidden_layers; ++l) n += attention + (c.is_moe_layer(l) ? moe_mlp : 3 * H * I);
+  return n;
 }
 
 int64_t lora_param_count(const LlamaConfig& c, const PeftRecipe& peft) {

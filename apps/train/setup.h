@@ -30,8 +30,8 @@ struct Plan {
 /// Errors: dtr::Error, one line naming the key, the numbers and the source.
 Plan make_plan(const Recipe& r, int world_size);
 
-/// Parameter count of a Llama with `c` (biases off), and the LoRA parameters that `peft`
-/// would add (0 when disabled), from the module FQNs the model would have.
+/// Parameter count of a decoder with `c` (biases off; MoE layers hold all E experts), and the
+/// LoRA parameters that `peft` would add (0 when disabled), from the module FQNs the model would have.
 int64_t llama_param_count(const LlamaConfig& c);
 int64_t lora_param_count(const LlamaConfig& c, const PeftRecipe& peft);
 

@@ -148,9 +148,12 @@ struct Trainer {
     auto t_build = Clock::now();
     auto model = build_model(r, plan);
     int64_t total = 0, trainable = 0;
+    double active = 0, trainable_active = 0;  // MoE: a token uses k of E experts (flops.h)
     for (const auto& [n, p] : model->named_parameters()) {
       total += p.numel();
+      active += active_weights(plan.config, n, p.numel());
       if (p.requires_grad()) trainable += p.numel();
+      if (p.requires_grad()) trainable_active += active_weights(plan.config, n, p.numel());
     }
     parallelize_model(*model, ctx);
     NamedParams params;
@@ -161,8 +164,16 @@ struct Trainer {
         plist.push_back(p);
       }
     DTR_CHECK(!params.empty(), "model: no trainable parameters (peft matched nothing?)");
-    note(strformat("model ready in %.1fs: %lld params, %lld trainable (%.3f%%); mesh %s", seconds_since(t_build),
-                   (long long)total, (long long)trainable, 100.0 * trainable / total, ctx.str().c_str()));
+    const std::string moe_active =
+        plan.config.num_experts > 0
+            ? strformat(" (%.0f active per token: top-%lld of %lld experts)", active,
+                        (long long)plan.config.num_experts_per_tok, (long long)plan.config.num_experts)
+            : std::string();
+    note(strformat("model ready in %.1fs: %lld params%s, %lld trainable (%.3f%%); mesh %s", seconds_since(t_build),
+                   (long long)total, moe_active.c_str(), (long long)trainable, 100.0 * trainable / total,
+                   ctx.str().c_str()));
+    // Expert parallelism: bytes the ep all-to-alls send per step (the group's counters).
+    ProcessGroup* ep_group = ctx.ep_size > 1 ? ctx.ep_mesh().group(0).get() : nullptr;
 
     optim::AdamWOptions ao;
     ao.lr = r.optimizer.lr;
@@ -278,6 +289,7 @@ struct Trainer {
     model->train();
     while (step < total_steps) {
       const auto t0 = Clock::now();
+      if (ep_group) ep_group->counters().reset();
       const data::SamplerState ss = sampler.state();
       const int64_t n_global = count_labels(train_set, sampler.global_batch(ss.epoch, ss.batch));
       DTR_CHECK(n_global > 0, "dataset: global batch ", ss.batch, " of epoch ", ss.epoch, " has no label tokens");
@@ -311,6 +323,10 @@ struct Trainer {
       const double grad_norm = clip_grad_norm(plist, max_norm);
       const double loss = dp_sum(ctx, loss_sum) / n_global;
       const double step_tokens = dp_sum(ctx, rows_tokens);
+      // Summed over the dp ranks (one tp coordinate): counts, dispatch and combine, forward,
+      // backward and activation-checkpoint recomputation.
+      const double dispatch_bytes =
+          ep_group ? dp_sum(ctx, static_cast<double>(ep_group->counters().nbytes(CommKind::all_to_all))) : -1;
       // The same loss and global norm on every rank: the same decision everywhere.
       const bool update = health.admit(step + 1, loss, grad_norm);
       const double step_lr = optimizer.lr();  // the lr this step used (the scheduler moves on below)
@@ -343,11 +359,12 @@ struct Trainer {
         // Rows are padded per micro-batch: the attention term takes the step's mean row length.
         const double row = step_tokens / static_cast<double>(st.global_batch_size);
         const double step_flops =
-            llama_train_flops_per_token(plan.config, r.peft.enabled, static_cast<double>(trainable), row) * step_tokens;
+            llama_train_flops_per_token(plan.config, r.peft.enabled, trainable_active, row) * step_tokens;
         m.mfu = peak_flops > 0 ? step_flops / dt / (peak_flops * world) : -1;
         m.peak_mem_gib = static_cast<double>(peak) / (1024.0 * 1024.0 * 1024.0);
         m.eta_s = seconds_since(t_loop) / static_cast<double>(step - first) * static_cast<double>(total_steps - step);
         m.label_tokens = n_global;
+        m.dispatch_bytes = dispatch_bytes;
         nlohmann::json j = {{"step", step},
                             {"lr", m.lr},
                             {"tokens_per_s", m.tokens_per_s},
@@ -357,6 +374,7 @@ struct Trainer {
                             {"label_tokens", n_global},
                             {"epoch", ss.epoch}};
         if (m.mfu >= 0) j["mfu"] = m.mfu;
+        if (dispatch_bytes >= 0) j["dispatch_bytes"] = static_cast<int64_t>(dispatch_bytes);
         if (std::isfinite(loss)) j["loss"] = loss;  // JSON has no NaN; a skipped step says so instead
         if (std::isfinite(grad_norm)) j["grad_norm"] = grad_norm;
         if (!update) {

@@ -1,21 +1,32 @@
 #pragma once
-// Model FLOPs of a Llama training step, the formula bench/compare and dtr-bench train-step use
+// Model FLOPs of a decoder training step, the formula bench/compare and dtr-bench train-step use
 // (bench/compare/torch_llama_lora.py model_flops): per token 6 x the matmul weights that train
 // (forward, input gradient, weight gradient), 4 x the frozen ones (forward and input gradient
 // only: a LoRA base), plus attention 12 x layers x heads x head_dim x seq (QK^T and PV: 4 in
-// forward, 8 in backward). Matmul weights: q, k, v, o, gate, up, down of every layer and
-// lm_head (hidden x vocab); embedding lookups and norms are not counted.
+// forward, 8 in backward). Matmul weights: q, k, v, o and the MLP of every layer and lm_head
+// (hidden x vocab); embedding lookups and norms are not counted.
+// Mixture of experts (Qwen3-MoE, Mixtral): a token runs through the router and its top-k experts
+// only, so the MLP of a MoE layer counts its *active* weights, hidden x E (router) + k x 3 x
+// hidden x moe_intermediate_size (gate, up, down of k experts), not all E experts (the
+// "active parameters" of MoE model cards; PaLM / Megatron-LM's MFU convention for MoE).
 #include <cstdint>
+#include <string>
 
 #include "models/formats/hf_config.h"
 
 namespace dtr {
 
-/// Matmul weights of `c` (see above).
+/// Matmul weights a token uses in `c` (see above): all of them for a dense model, the active ones
+/// (router + top-k experts) on MoE layers.
 double llama_matmul_weights(const LlamaConfig& c);
 
 /// FLOPs per token of a training step on sequences of `seq` positions. `lora_weights` = the
-/// adapter parameters (all trained) when `lora`, else every matmul weight trains.
+/// adapter parameters a token uses (all trained; expert adapters counted as active_weights does)
+/// when `lora`, else every (active) matmul weight trains.
 double llama_train_flops_per_token(const LlamaConfig& c, bool lora, double lora_weights, double seq);
+
+/// The share of parameter `fqn` ([E, ...] grouped expert weights or adapters, under
+/// "mlp.experts.") that one token uses: numel x k / E; every other parameter counts in full.
+double active_weights(const LlamaConfig& c, const std::string& fqn, int64_t numel);
 
 }  // namespace dtr

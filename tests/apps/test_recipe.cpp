@@ -129,6 +129,18 @@ TEST_CASE("recipe: checks against the world size and the model, before any alloc
   CHECK(contains(e, "has no MoE block"));
 }
 
+TEST_CASE("recipe: MoE parameter count holds every expert") {
+  // configs/ci/moe.yaml: 2 Qwen3-MoE layers, hidden 32, 4 heads / 2 kv of 8, 6 experts of 16,
+  // vocab 256 untied: attention q, o 32 x 32 + k, v 32 x 16, norms 2 x 32 + q/k norms 2 x 8,
+  // router 6 x 32 + experts 6 x 3 x 32 x 16. 41536 is also what dtr-train's model holds (its
+  // "model ready" line). Before MoE layers were counted, each was a dense 3 x 32 x 64 MLP.
+  Plan p = make_plan(load_recipe("configs/ci/moe.yaml", {}), 1);
+  const int64_t layer = 2 * 32 * 32 + 2 * 32 * 16 + 2 * 32 + 2 * 8 + 6 * 32 + 6 * 3 * 32 * 16;
+  CHECK(p.total_params == 256 * 32 * 2 + 32 + 2 * layer);
+  CHECK(p.total_params == 41536);
+  CHECK(p.trainable_params == p.total_params);
+}
+
 TEST_CASE("recipe: plan derives accumulation and parameter counts") {
   Plan p = make_plan(load_recipe(kSingle, {}), 1);
   CHECK(p.grad_accum == 4);

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # End-to-end tests of dtr-train on the CI recipes (configs/ci/*.yaml), run from the repo root:
-#   train_e2e.sh meshes|resume|epochs|padding|errors DTR_TRAIN COMPARE_METRICS [MPIRUN]
+#   train_e2e.sh meshes|resume|epochs|padding|errors|moe_ep DTR_TRAIN COMPARE_METRICS [MPIRUN]
 # meshes: the same 20-step LoRA recipe on 1 rank, dp 2 (FSDP), tp 2, tp 3, HSDP 2x2, dp 2 x tp 2
 #         and tp 2 / tp 3 (uneven sequence shards) with sequence parallelism, dp 2 with
 #         defer_fsdp_grad_sync=false (a reduce-scatter per micro-batch)
@@ -18,6 +18,17 @@
 # padding: chat SFT batches padded to their longest sample equal batches padded to seq_len
 #         (1 rank and dp 2; configs/ci/chat.yaml on the perlfaq data, skipped when absent).
 # errors: bad recipes under mpirun give exactly one "dtr-train: error:" line and exit != 0.
+# moe_ep: the MoE CI recipe (configs/ci/moe.yaml, a random Qwen3-MoE) with expert parallelism
+#         ep 2 (2 ranks), ep 3 (3 ranks) and ep 2 x ep_shard 2 (4 ranks) gives the single-process
+#         loss sequence within LOSS_RTOL, and every step's metrics.jsonl dispatch_bytes equals
+#         what dropless top-k routing implies (below); the 1-rank run reports none.
+#         Dispatch bytes of one step, summed over the dp ranks (the ep all-to-all counters count
+#         input bytes): per MoE layer and micro-batch every rank exchanges its E int64 counts
+#         once; every token position sends k rows of hidden f32 to their experts' ranks
+#         (dispatch) and receives k back (combine); the backward runs both all-to-alls again
+#         with the splits swapped:  L_moe x (micro-batches x E x 8 + 4 x tokens x k x hidden x 4).
+#         Which rank sends how many rows depends on the routing (checked per rank against the
+#         single-process routing in parallel_test_expert_parallel); the sum over ranks does not.
 set -uo pipefail
 mode="$1"; TRAIN="$2"; CMP="$3"; MPIRUN="${4:-mpirun}"
 # f32 tolerance on the loss over 20 AdamW steps: TP sums partial products in another order and
@@ -201,6 +212,30 @@ errors)
   check 4 "tp_size=4 does not divide num_attention_heads=6" --set distributed.tp_size=4 --set distributed.dp_size=1
   check 2 "no such file or directory" --set model.path=data/missing.gguf
   check 2 "is not divisible by step_scheduler.local_batch_size=2 x dp_size=2" --set step_scheduler.global_batch_size=6
+  ;;
+moe_ep)
+  cfg=configs/ci/moe.yaml
+  # configs/ci/moe.yaml: 2 MoE layers, 6 experts, top-2, hidden 32, global batch 12 x seq 32 in
+  # micro-batches of 1 row
+  L=2; E=6; K=2; H=32; MB=12; TOKENS=$((12 * 32))
+  expected=$((L * (MB * E * 8 + 4 * TOKENS * K * H * 4)))
+  rm -rf $out/moe_single && run 1 $cfg > /dev/null || fail "single run"
+  ! grep -q dispatch_bytes $out/moe_single/metrics.jsonl || fail "1-rank run reports dispatch_bytes"
+  for spec in ep2:2:2 ep3:3:3 ep2x2:4:2; do
+    IFS=: read -r name np ep <<<"$spec"
+    d=$out/moe_$name
+    rm -rf "$d"
+    log=$(run "$np" $cfg --set distributed.ep_size=$ep --set checkpoint.checkpoint_dir=$d 2>&1) ||
+      { echo "$log" | tail -20; fail "$name run"; }
+    echo "== $name ($np ranks, ep $ep) vs single"
+    "$CMP" $out/moe_single/metrics.jsonl $d/metrics.jsonl --rtol $LOSS_RTOL || fail "$name losses"
+    got=$(grep -o '"dispatch_bytes":[0-9]*' $d/metrics.jsonl | cut -d: -f2 | sort -u | tr '\n' ' ')
+    steps=$(grep -c '"dispatch_bytes"' $d/metrics.jsonl)
+    echo "dispatch_bytes per step: $got(expected $expected, $steps steps)"
+    [ "$got" = "$expected " ] && [ "$steps" -eq 8 ] || fail "$name dispatch_bytes $got != $expected"
+    grep -q "dispatch $(awk -v b=$expected 'BEGIN { printf "%.2f", b / 1048576 }') MiB" <<<"$log" ||
+      fail "$name: no dispatch figure in the progress line"
+  done
   ;;
 *) fail "unknown mode $mode" ;;
 esac

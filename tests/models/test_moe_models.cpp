@@ -9,6 +9,7 @@
 
 #include "gradcheck.h"
 #include "models/transformer/causal_lm.h"
+#include "models/transformer/flops.h"
 #include "models/transformer/load.h"
 #include "parallel/model_parallelizer.h"
 
@@ -73,4 +74,27 @@ TEST_CASE("MoE families: dense layers, TP plan and config errors", "[moe]") {
   CHECK_THROWS_WITH(model_config_from_json(j, "cfg").validate("cfg"), Catch::Contains("num_experts_per_tok = 9"));
   j.erase("num_experts_per_tok");
   CHECK_THROWS_WITH(model_config_from_json(j, "cfg"), Catch::Contains("num_experts_per_tok"));
+}
+
+TEST_CASE("MoE FLOPs count the active weights: router + top-k experts", "[moe]") {
+  // llama_matmul_weights (the MFU formula of dtr-train and the benches) against the model's own
+  // matmul parameters, grouped experts scaled by k / E (active_weights): Qwen3-MoE with a dense
+  // layer, Mixtral all MoE. Before MoE counting, every layer was 3 x hidden x intermediate_size.
+  for (const char* name : {"qwen3_moe", "mixtral"}) {
+    INFO(name);
+    auto m = load_model_hf(std::string("tests/golden/") + name + "_debug");
+    const ModelConfig& c = m->config();
+    double active = 0, experts = 0;
+    for (const auto& [n, p] : m->named_parameters()) {
+      if (p.dim() < 2 || n.find("embed_tokens") != std::string::npos) continue;  // norms, lookups
+      active += active_weights(c, n, p.numel());
+      if (n.find("mlp.experts.") != std::string::npos) experts += static_cast<double>(p.numel());
+    }
+    if (c.tie_word_embeddings) active += static_cast<double>(c.hidden_size * c.vocab_size);  // lm_head
+    CHECK(experts > 0);
+    CHECK(llama_matmul_weights(c) == Approx(active).epsilon(1e-12));
+    CHECK(active_weights(c, "model.layers.0.mlp.experts.gate_up_proj", 120) ==
+          120.0 * c.num_experts_per_tok / c.num_experts);
+    CHECK(active_weights(c, "model.layers.0.self_attn.q_proj.weight", 120) == 120.0);
+  }
 }
