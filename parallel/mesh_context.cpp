@@ -2,6 +2,8 @@
 
 #include <yaml-cpp/yaml.h>
 
+#include "parallel/tensor_parallel/plan_from_names.h"
+
 #include <set>
 #include <sstream>
 
@@ -116,6 +118,17 @@ MeshContext MeshContext::from_yaml(const YAML::Node& d, int64_t world, const std
       else if (k == "fsdp2_forward_prefetch_depth") c.fsdp2_forward_prefetch_depth = static_cast<int>(get_int(v, k, where));
       else if (k == "fsdp2_backward_prefetch_depth") c.fsdp2_backward_prefetch_depth = static_cast<int>(get_int(v, k, where));
       else if (k == "defer_fsdp_grad_sync") c.defer_fsdp_grad_sync = get_bool(v, k, where);
+      else if (k == "tp_plan") {
+        if (v.IsNull()) continue;
+        DTR_CHECK(v.IsMap(), where, ".tp_plan: expected a map of module-name pattern -> style (", tp_style_names(),
+                  "), got '", YAML::Dump(v), "'");
+        for (const auto& p : v) {
+          const std::string pattern = p.first.as<std::string>(), full = "tp_plan." + pattern;
+          const std::string style = get_str(p.second, full, where);
+          (void)parallel_style_from_name(style, where + "." + full);  // a bad name fails when the recipe is read
+          c.tp_plan.emplace_back(pattern, style);
+        }
+      }
       else if (k == "enable_async_tensor_parallel" || k == "enable_compile") {
         DTR_CHECK(!get_bool(v, k, where), where, ".", k, ": true is not supported by dtr (only false)");
       } else {
@@ -123,7 +136,7 @@ MeshContext MeshContext::from_yaml(const YAML::Node& d, int64_t world, const std
                   "' (expected strategy, dp_size, dp_replicate_size, tp_size, cp_size, pp_size, ep_size, "
                   "sequence_parallel, activation_checkpointing, activation_checkpointing_scope, mp_policy, "
                   "offload_policy, reshard_after_forward, enable_fsdp2_prefetch, fsdp2_forward_prefetch_depth, "
-                  "fsdp2_backward_prefetch_depth, defer_fsdp_grad_sync)");
+                  "fsdp2_backward_prefetch_depth, defer_fsdp_grad_sync, tp_plan)");
       }
     }
   }
@@ -236,6 +249,7 @@ std::string MeshContext::str() const {
   if (ep_size > 1) os << " ep=" << ep_size << " (ep_shard " << dp_size / dp_replicate_size * cp_size / ep_size << ")";
   os << " sequence_parallel="
      << (sequence_parallel ? "true" : "false") << " activation_checkpointing=" << activation_checkpointing;
+  if (!tp_plan.empty()) os << " tp_plan=recipe (" << tp_plan.size() << " entries)";
   if (!defer_fsdp_grad_sync) os << " defer_fsdp_grad_sync=false (gradients reduced every micro-batch)";
   if (offload_policy.enabled)
     os << " offload_policy=cpu (CPU run: shards, gradients and optimizer state already in host memory)";

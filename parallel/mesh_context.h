@@ -8,6 +8,8 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "parallel/fsdp/mixed_precision.h"
 #include "runtime/device_mesh.h"
@@ -43,6 +45,10 @@ struct MeshContext {
   bool enable_fsdp2_prefetch = true;
   int fsdp2_forward_prefetch_depth = 1;
   int fsdp2_backward_prefetch_depth = 2;
+  /// `tp_plan`: module-name pattern -> style name (parallel/tensor_parallel/plan_from_names.h), in
+  /// recipe order. When given, parallelize_model uses it instead of the model parallelizer's plan
+  /// (every pattern must match a module); sequence_parallel then only means what the plan says.
+  std::vector<std::pair<std::string, std::string>> tp_plan;
   /// The 5-d mesh (pp, dp_replicate, dp_shard, cp, tp); built by build_mesh().
   std::shared_ptr<DeviceMesh> mesh;
   /// ep_size > 1: the MoE mesh (pp, dp_replicate, ep_shard, ep, tp) over the same ranks, ep carved

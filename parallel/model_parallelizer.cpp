@@ -7,6 +7,7 @@
 #include "parallel/expert_parallel.h"
 #include "dtensor/spec.h"
 #include "parallel/fsdp/fully_shard.h"
+#include "parallel/tensor_parallel/plan_from_names.h"
 #include "tensor/dispatch.h"
 #include "tensor/nn/module_list.h"
 
@@ -23,7 +24,7 @@ bool is_unsharded(const MeshContext& ctx) { return ctx.world_size == 1 || (ctx.d
 
 ParallelizePlan ModelParallelizer::tp_plan(nn::Module& model, const MeshContext& ctx) {
   DTR_ERROR("parallelize_model: no tensor-parallel plan for model type ", model.type_name(),
-            " (distributed.tp_size=", ctx.tp_size, "); register a ModelParallelizer for it");
+            " (distributed.tp_size=", ctx.tp_size, "); give distributed.tp_plan or register a ModelParallelizer for it");
 }
 
 std::vector<std::pair<std::string, std::shared_ptr<nn::Module>>> ModelParallelizer::layers(nn::Module& model) {
@@ -53,6 +54,13 @@ std::shared_ptr<ModelParallelizer> parallelizer_for(const nn::Module& model) {
   auto it = registry().find(model.type_name());
   if (it != registry().end()) return it->second();
   return std::make_shared<ModelParallelizer>();
+}
+
+ParallelizePlan recipe_tp_plan(nn::Module& model, const MeshContext& ctx) {
+  ParallelizePlan plan = plan_from_names(ctx.tp_plan, "distributed.tp_plan");
+  check_plan_matches(model, plan, "distributed.tp_plan");
+  parallelizer_for(model)->check_tp_plan(model, ctx, plan);
+  return plan;
 }
 
 void parallelize_model(nn::Module& model, const MeshContext& ctx) {
@@ -85,7 +93,8 @@ void parallelize_model(nn::Module& model, const MeshContext& ctx) {
   // fsdp2
   if (ctx.tp_size > 1) {
     p->validate_tp_mesh(model, ctx.tp_size);
-    ParallelizePlan plan = p->tp_plan(model, ctx);
+    // The recipe's distributed.tp_plan replaces the sidecar's.
+    ParallelizePlan plan = ctx.tp_plan.empty() ? p->tp_plan(model, ctx) : recipe_tp_plan(model, ctx);
     translate_to_lora(plan);
     parallelize_module(model, ctx.tp_mesh(), plan);
     p->after_tp(model, ctx);

@@ -24,6 +24,9 @@ class ModelParallelizer {
   virtual ParallelizePlan tp_plan(nn::Module& model, const MeshContext& ctx);
   /// Checks that the model can be split tp ways (e.g. heads % tp). Default: no check.
   virtual void validate_tp_mesh(nn::Module& model, int64_t tp_size) {}
+  /// Checks a plan the recipe gave (distributed.tp_plan) against what the model needs (e.g. kv
+  /// heads that cannot be split). Default: no check.
+  virtual void check_tp_plan(nn::Module& model, const MeshContext& ctx, const ParallelizePlan& plan) {}
   /// After TP: re-tie weights, rewrite local head counts. Default: nothing.
   virtual void after_tp(nn::Module& model, const MeshContext& ctx) {}
   /// The repeated layers (FSDP units and activation-checkpoint units), with FQNs. Default: the
@@ -40,10 +43,17 @@ void register_model_parallelizer(const std::string& model_type, ParallelizerFact
 /// The registered parallelizer for `model`, or the default one.
 std::shared_ptr<ModelParallelizer> parallelizer_for(const nn::Module& model);
 
+/// The plan of ctx.tp_plan (the recipe's distributed.tp_plan) for `model`, checked: every pattern
+/// matches a module, and the model's parallelizer accepts it (check_tp_plan). Needs no mesh and
+/// no communication, so callers can check a recipe before parallelize_model. Errors: unknown
+/// style names, unmatched patterns, what check_tp_plan raises.
+ParallelizePlan recipe_tp_plan(nn::Module& model, const MeshContext& ctx);
+
 /// Parallelizes `model` in place on ctx.mesh (build_mesh() must have run):
 ///  - world (or mesh) size 1: activation checkpointing only (unsharded), unless ctx.mp_policy
 ///    sets a dtype: then fully_shard on the size-1 dp mesh applies it (as for TP only, dp 1);
-///  - fsdp2: TP (plan translated to LoRA styles) -> activation checkpointing (full or selective,
+///  - fsdp2: TP (the sidecar's plan, or ctx.tp_plan when the recipe gives one: every pattern must
+///    match a module; translated to LoRA styles) -> activation checkpointing (full or selective,
 ///    every layer) -> fully_shard per
 ///    layer (reshard_after_forward true except the last layer, unless set explicitly) ->
 ///    extra units (untied trainable embeddings) -> root (not resharded);
@@ -56,7 +66,8 @@ std::shared_ptr<ModelParallelizer> parallelizer_for(const nn::Module& model);
 ///  - fsdp2 with dp > 1 and tp > 1: TP, then FSDP + TP: the same fully_shard units on the
 ///    (dp_shard, tp) mesh (ctx.fsdp_tp_mesh(); HSDP: (dp_replicate, dp_shard, tp)), the TP
 ///    DTensors sharded over dp (StridedShard(0, tp) when TP splits dim 0).
-/// Errors: whatever validate_tp_mesh / tp_plan raise.
+/// Errors: whatever validate_tp_mesh / tp_plan / check_tp_plan raise; a ctx.tp_plan pattern that
+/// matches no module.
 void parallelize_model(nn::Module& model, const MeshContext& ctx);
 
 /// Calls the backward completion of the strategy applied by parallelize_model (FSDP's

@@ -155,6 +155,13 @@ struct Trainer {
       if (p.requires_grad()) trainable += p.numel();
       if (p.requires_grad()) trainable_active += active_weights(plan.config, n, p.numel());
     }
+    if (ctx.tp_size > 1 && !ctx.tp_plan.empty()) {  // the same model on every rank: the same verdict
+      try {
+        recipe_tp_plan(*model, ctx);
+      } catch (const Error& e) {
+        throw AllRanksError(e.what());
+      }
+    }
     parallelize_model(*model, ctx);
     NamedParams params;
     std::vector<Tensor> plist;

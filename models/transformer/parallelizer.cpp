@@ -58,6 +58,28 @@ void DecoderParallelizer::validate_tp_mesh(nn::Module& model, int64_t tp) {
   check_tp_heads(dynamic_cast<CausalLM&>(model).config(), tp, "model " + model.type_name());
 }
 
+void DecoderParallelizer::check_tp_plan(nn::Module& model, const MeshContext& ctx, const ParallelizePlan& plan) {
+  const ModelConfig& c = dynamic_cast<CausalLM&>(model).config();
+  const int64_t kv = c.num_key_value_heads > 0 ? c.num_key_value_heads : c.num_attention_heads;
+  // The style the plan gives the first layer's `name` ("" when none).
+  auto style_of = [&](const std::string& name) {
+    std::string t;
+    for (const auto& [pattern, style] : plan)
+      if (fqn_matches(pattern, "model.layers.0." + name)) t = style->type_name();
+    return t;
+  };
+  for (const char* n : {"self_attn.k_proj", "self_attn.v_proj"})
+    DTR_CHECK(!(ctx.tp_size > kv && style_of(n) == "ColwiseParallel"), "distributed.tp_plan: ", n,
+              " colwise with distributed.tp_size=", ctx.tp_size, " > num_key_value_heads=", kv,
+              " would split a kv head; leave tp_plan unset (the ", model.type_name(),
+              " parallelizer replicates kv heads) or keep tp_size <= ", kv);
+  if (c.qk_norm && style_of("self_attn.q_proj") == "ColwiseParallel")
+    for (const char* n : {"self_attn.q_norm", "self_attn.k_norm"})
+      DTR_CHECK(!style_of(n).empty(), "distributed.tp_plan: model.layers.*.", n,
+                " needs an entry (replicated_with_grad_allreduce): its input holds this rank's heads only, so its "
+                "gradient must be reduced over tp");
+}
+
 std::vector<std::pair<std::string, std::shared_ptr<nn::Module>>> DecoderParallelizer::extra_units(nn::Module& model) {
   auto& m = dynamic_cast<CausalLM&>(model);
   std::vector<std::pair<std::string, std::shared_ptr<nn::Module>>> out;

@@ -29,6 +29,11 @@ class DecoderParallelizer : public ModelParallelizer {
   ParallelizePlan tp_plan(nn::Module& model, const MeshContext& ctx) override;
   /// Errors: see check_tp_heads.
   void validate_tp_mesh(nn::Module& model, int64_t tp_size) override;
+  /// A recipe's plan (distributed.tp_plan). Errors: k_proj / v_proj colwise while tp_size >
+  /// num_key_value_heads (that would split a kv head; leave tp_plan unset: this sidecar replicates
+  /// them); q_proj colwise on a q/k-norm model with no entry for self_attn.q_norm / k_norm (their
+  /// gradients would miss the other ranks' heads: replicated_with_grad_allreduce).
+  void check_tp_plan(nn::Module& model, const MeshContext& ctx, const ParallelizePlan& plan) override;
   std::vector<std::pair<std::string, std::shared_ptr<nn::Module>>> extra_units(nn::Module& model) override;
 };
 /// The Llama family's name for DecoderParallelizer.

@@ -174,3 +174,61 @@ TEST_CASE("parallelize_model: Llama + LoRA on dp x tp equals the single process"
   }
   }
 }
+
+TEST_CASE("distributed.tp_plan equal to the Llama sidecar's plan: same result as the sidecar and the single process",
+          "[llama][tp][tp_plan]") {
+  const int w = world_size();
+  if (w % 2 != 0) return;  // TP 2 on 2 ranks, dp 2 x tp 2 on 4
+  // Hugging Face's LlamaForCausalLM base_model_tp_plan as style names (lm_head colwise_rep: the
+  // loss-parallel lm_head, as Automodel translates it).
+  const std::string plan =
+      "tp_plan: {model.embed_tokens: embedding_rowwise, 'model.layers.*.self_attn.q_proj': colwise, "
+      "'model.layers.*.self_attn.k_proj': colwise, 'model.layers.*.self_attn.v_proj': colwise, "
+      "'model.layers.*.self_attn.o_proj': rowwise, 'model.layers.*.mlp.gate_proj': colwise, "
+      "'model.layers.*.mlp.up_proj': colwise, 'model.layers.*.mlp.down_proj': rowwise, lm_head: colwise_rep}";
+  const int64_t per = 2, T = 8, V = llama_debug_config().vocab_size;
+  manual_seed(11);
+  Tensor ids = to_dtype(mul(rand({per * (w / 2), T}), static_cast<double>(V - 1)), DType::i64);
+  auto ref = make_model();
+  Tensor loss_ref = ref->forward_loss(ids, ids);
+  loss_ref.backward();
+  std::map<bool, std::map<std::string, Tensor>> grads;
+  for (bool recipe : {false, true}) {
+    INFO((recipe ? "distributed.tp_plan" : "sidecar plan") << ", dp " << w / 2 << " x tp 2");
+    MeshContext ctx = ctx_from("{tp_size: 2" + (recipe ? ", " + plan : std::string()) + "}", w);
+    REQUIRE(ctx.tp_plan.size() == (recipe ? 9u : 0u));
+    ctx.build_mesh();
+    auto m = make_model();
+    parallelize_model(*m, ctx);
+    Tensor mine = narrow(ids, 0, ctx.dp_rank() * per, per).contiguous();
+    Tensor loss = m->forward_loss(mine, mine);
+    loss.backward();
+    finish_model_backward(*m, ctx);
+    Tensor l = loss.is_distributed() ? full_tensor(loss) : loss;
+    if (ctx.dp_size > 1) {  // this rank's slice: the mean over dp is the whole batch's token mean
+      l = l.clone();
+      ctx.dp_mesh().group(0)->all_reduce(l, ReduceOp::AVG)->wait();
+    }
+    CHECK(std::abs(l.item<double>() - loss_ref.item<double>()) < kTolLoss);
+    for (auto& [fqn, p] : ref->named_parameters()) {
+      if (!p.grad().defined()) continue;
+      INFO(fqn);
+      Tensor g = m->get_parameter(fqn).grad();
+      REQUIRE(g.defined());
+      g = g.is_distributed() ? full_tensor(g) : g;
+      CHECK(max_abs_diff(g, p.grad()) < kTolGrad);
+      grads[recipe][fqn] = g;
+    }
+  }
+  for (auto& [fqn, g] : grads[false]) {
+    INFO(fqn);
+    CHECK(max_abs_diff(grads[true].at(fqn), g) == 0.0);  // the same styles: the same sums
+  }
+  // A plan that would split Llama's 2 kv heads over 4 ranks is refused (the sidecar replicates them).
+  if (w == 4) {
+    MeshContext ctx = ctx_from("{tp_size: 4, " + plan + "}", w);
+    ctx.build_mesh();
+    CHECK_THROWS_WITH(parallelize_model(*make_model(), ctx),
+                      Catch::Contains("self_attn.k_proj colwise with distributed.tp_size=4 > num_key_value_heads=2"));
+  }
+}

@@ -1,0 +1,94 @@
+// distributed.tp_plan (a recipe's module-name pattern -> style name map) on a model that has no
+// parallelizer sidecar: TP 2 on 2 ranks and FSDP + TP (dp 2 x tp 2) on 4 give the single-process
+// losses and parameters over 5 AdamW steps; without a plan such a model is a one-line error, and
+// so is a pattern that matches no module. (1 and 3 ranks: parsing and the errors only.)
+#include <yaml-cpp/yaml.h>
+
+#include "gradcheck.h"
+#include "parallel/model_parallelizer.h"
+#include "parallel/tensor_parallel/plan_from_names.h"
+#include "parallel_test_util.h"
+
+using namespace dtr;
+using namespace dtr::testing;
+
+namespace {
+
+/// f32, as test_model_parallelizer.cpp: TP and dp change only the summation order.
+constexpr double kParamTol = 1e-6;
+constexpr double kLossTol = 2e-6;
+
+/// The tiny model under a type name no parallelizer is registered for.
+struct BareNet : TinyNet {
+  std::string type_name() const override { return "BareNet"; }
+};
+
+std::shared_ptr<BareNet> make_bare() {
+  manual_seed(1234);  // make_net's seed: the reference run starts from the same weights
+  return std::make_shared<BareNet>();
+}
+
+MeshContext ctx_from(const std::string& yaml) {
+  MeshContext c = MeshContext::from_yaml(YAML::Load(yaml), world_size(), "test.yaml: distributed");
+  c.build_mesh();
+  return c;
+}
+
+}  // namespace
+
+TEST_CASE("distributed.tp_plan parses style names and rejects bad ones in one line", "[tp_plan]") {
+  const MeshContext c = MeshContext::from_yaml(
+      YAML::Load("{tp_plan: {emb: embedding_rowwise, 'layers.*.fc1': colwise, head: colwise_rep}}"), 1, "t: distributed");
+  REQUIRE(c.tp_plan.size() == 3);
+  CHECK(c.tp_plan[1] == std::pair<std::string, std::string>{"layers.*.fc1", "colwise"});  // recipe order kept
+  CHECK_THROWS_WITH(MeshContext::from_yaml(YAML::Load("{tp_plan: {head: diagonal}}"), 1, "t: distributed"),
+                    Catch::Contains("t: distributed.tp_plan.head: unknown tensor-parallel style 'diagonal'") &&
+                        Catch::Contains("colwise_rep"));
+  CHECK_THROWS_WITH(MeshContext::from_yaml(YAML::Load("{tp_plan: [colwise]}"), 1, "t: distributed"),
+                    Catch::Contains("t: distributed.tp_plan: expected a map of module-name pattern -> style"));
+  // The styles: Automodel's translation, and its loss-parallel lm_head.
+  ParallelizePlan p = plan_from_names({{"a", "rowwise_rep"}, {"lm_head", "colwise_rep"}, {"b", "colwise_rep"}}, "w");
+  CHECK(p[0].second->type_name() == "RowwiseParallel");
+  CHECK(p[0].second->input_layout->is_replicate());
+  CHECK(p[1].second->output_layout->is_shard());
+  CHECK_FALSE(p[1].second->use_local_output);
+  CHECK(p[2].second->output_layout->is_replicate());
+  CHECK(p[2].second->use_local_output);
+}
+
+TEST_CASE("distributed.tp_plan: TP for a model without a sidecar equals the single process", "[tp_plan][fsdp]") {
+  const int w = world_size();
+  auto bare = make_bare();
+  if (w > 1) {
+    MeshContext tp_no_plan = ctx_from("{tp_size: " + std::to_string(w) + "}");
+    CHECK_THROWS_WITH(parallelize_model(*bare, tp_no_plan),
+                      Catch::Contains("no tensor-parallel plan for model type BareNet") &&
+                          Catch::Contains("distributed.tp_plan"));
+    MeshContext bad = ctx_from("{tp_size: " + std::to_string(w) + ", tp_plan: {'layers.*.fc3': colwise}}");
+    CHECK_THROWS_WITH(parallelize_model(*make_bare(), bad),
+                      Catch::Contains("distributed.tp_plan: pattern 'layers.*.fc3' matches no module of BareNet") &&
+                          Catch::Contains("layers.0.fc1"));
+  }
+  if (w % 2 != 0) return;
+  const RunResult ref = reference_run({}, /*sgd=*/false);
+  MeshContext ctx = ctx_from("{tp_size: 2, tp_plan: {emb: embedding_rowwise, 'layers.*.fc1': colwise, "
+                             "'layers.*.fc2': rowwise, head: colwise_rep}}");
+  INFO("dp " << ctx.dp_size << " x tp 2");
+  auto net = make_bare();
+  parallelize_model(*net, ctx);
+  CHECK(net->emb->parameter("weight").is_distributed());
+  optim::AdamW opt(net->parameters(), optim::AdamWOptions{1e-2});
+  TrainSpec s;
+  s.dp_rank = ctx.dp_rank();
+  s.dp_size = ctx.dp_size;
+  s.loss_pg = ctx.dp_mesh().group(0);
+  s.after_backward = [&](nn::Module& m) { finish_model_backward(m, ctx); };
+  const auto losses = train(*net, opt, s);
+  for (size_t i = 0; i < ref.losses.size(); ++i) {
+    INFO("step " << i << ": single " << ref.losses[i] << " tp_plan " << losses[i]);
+    CHECK(std::abs(ref.losses[i] - losses[i]) <= kLossTol * ref.losses[i]);
+  }
+  auto [d, where] = max_param_diff(ref.params, full_params(*net));
+  INFO("parameters after 5 steps: max |diff| " << d << " at " << where);
+  CHECK(d <= kParamTol);
+}
