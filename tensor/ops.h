@@ -153,6 +153,28 @@ Tensor rotary_embedding(const Tensor& x, const Tensor& cos, const Tensor& sin);
 Tensor swiglu(const Tensor& gate, const Tensor& up);
 /// cos/sin tables [T, D] for positions [pos0, pos0+T), head dim D, base theta (HF LlamaRotaryEmbedding).
 std::pair<Tensor, Tensor> rope_tables(int64_t T, int64_t D, double theta, int64_t pos0 = 0, DType dt = DType::f32);
+/// cos/sin tables [B, 1, T, D] for per-token positions position_ids (i64 [B, T], >= 0; packed rows
+/// restart at 0 in every document, HF's position_ids): entry [b, 0, t] is rope_tables' row for
+/// position position_ids[b, t], so they broadcast against x [B, H, T, D] in rotary_embedding.
+/// The tables are built on the CPU and moved to position_ids' device. Errors: not i64 [B, T],
+/// a negative position.
+std::pair<Tensor, Tensor> rope_tables(const Tensor& position_ids, int64_t D, double theta, DType dt = DType::f32);
+/// Masking of scaled_dot_product_attention beyond is_causal / window (every field optional).
+///  - Offsets (context parallelism, chunked attention): q_offset / k_offset are the global positions
+///    of query row 0 and key row 0; causal: query i sees key j when k_offset + j <= q_offset + i
+///    (sliding window: and k_offset + j > q_offset + i - window). Unset q_offset = k_offset + S - T
+///    (bottom-right aligned, the KV-cache convention).
+///  - Documents (sequence packing): i64 q_document_ids [B, T], k_document_ids [B, S] (undefined =
+///    q_document_ids, which needs S == T): query i sees key j only when their ids are equal, so
+///    attention never crosses a document (block-diagonal mask; ids need not be sorted, but a
+///    sorted row lets the kernels skip blocks). A query that sees no key outputs 0.
+/// Source: flash-attn's varlen / cu_seqlens and torchtitan's document-causal FlexAttention mask.
+struct SdpaMask {
+  std::optional<int64_t> q_offset;
+  int64_t k_offset = 0;
+  Tensor q_document_ids;
+  Tensor k_document_ids;
+};
 /// Attention. q [B, Hq, T, D], k/v [B, Hkv, S, D] with Hq % Hkv == 0 (GQA); causal mask aligned
 /// bottom-right when S > T (KV cache). scale defaults to 1/sqrt(D). `window` > 0 (causal only):
 /// sliding-window attention, query i sees keys i + (S - T) - window < j <= i + (S - T).
@@ -160,6 +182,10 @@ std::pair<Tensor, Tensor> rope_tables(int64_t T, int64_t D, double theta, int64_
 /// Errors: shapes / dtypes that disagree, a negative window or one without is_causal.
 Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tensor& v, bool is_causal = true,
                                     std::optional<double> scale = std::nullopt, int64_t window = 0);
+/// The same with `mask` (offsets, document ids; see SdpaMask). Gradients flow to q, k, v only.
+/// Errors: as above; document ids not i64 [B, T] / [B, S]; offsets without is_causal.
+Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tensor& v, bool is_causal,
+                                    std::optional<double> scale, int64_t window, const SdpaMask& mask);
 /// Mean cross-entropy over tokens whose target != ignore_index. logits [N, C], targets [N]
 /// int64. Fused log-softmax. Errors: a target outside [0, C) other than ignore_index.
 Tensor cross_entropy(const Tensor& logits, const Tensor& targets, int64_t ignore_index = -100);

@@ -5,7 +5,8 @@
 // Partial) is brought to Replicate (sequence / context parallel attention is not supported).
 // Heads: with GQA (Hq != Hkv) both head counts must be divisible by the number of head
 // shards so every rank keeps whole query groups; with Hq == Hkv uneven chunks line up.
-// lse [B, Hq, T] follows q. Source: PyTorch torch.distributed.tensor._ops._matrix_ops
+// lse [B, Hq, T] follows q. Document ids [B, T] / [B, S] (sdpa inputs 3, 4; sdpa_backward 6, 7,
+// when the call has a document mask) follow the batch shards and are replicated otherwise. Source: PyTorch torch.distributed.tensor._ops._matrix_ops
 // (scaled_dot_product_*_attention strategies).
 #include "dtensor/rules/nn_util.h"
 
@@ -35,12 +36,21 @@ Placements attention_placements(const OpSchema& s, size_t qi) {
   return pl;
 }
 
+/// Placements of the document ids: the batch shards of `pl`, Replicate on the other mesh dims.
+Placements document_placements(const Placements& pl) {
+  Placements d(pl.size(), Replicate());
+  for (size_t m = 0; m < pl.size(); ++m)
+    if (pl[m].is_shard(0)) d[m] = pl[m];
+  return d;
+}
+
 ShardingDecision rule_sdpa(const OpSchema& s) {
   const Placements pl = attention_placements(s, 0);
   const Shape& q = s.spec(0).shape;
   const Shape& v = s.spec(2).shape;
   ShardingDecision d;
   d.input_placements = {pl, pl, pl};
+  for (size_t j = 3; j < s.call.inputs.size(); ++j) d.input_placements.push_back(document_placements(pl));
   d.output_placements = {pl, pl};
   d.output_shapes = {{q[0], q[1], q[2], v[3]}, {q[0], q[1], q[2]}};
   return d;
@@ -50,6 +60,7 @@ ShardingDecision rule_sdpa_backward(const OpSchema& s) {
   const Placements pl = attention_placements(s, 1);
   ShardingDecision d;
   d.input_placements = std::vector<Placements>(6, pl);
+  for (size_t j = 6; j < s.call.inputs.size(); ++j) d.input_placements.push_back(document_placements(pl));
   d.output_placements = {pl, pl, pl};
   d.output_shapes = {s.spec(1).shape, s.spec(2).shape, s.spec(3).shape};
   return d;

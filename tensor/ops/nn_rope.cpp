@@ -3,6 +3,7 @@
 //   out = x * cos + rotate_half(x) * sin
 //   dx  = g * cos + rotate_half^T(g * sin),  rotate_half^T(u) = cat(u[..., D/2:], -u[..., :D/2])
 // Source: Su et al. 2021 (RoFormer); HF LlamaRotaryEmbedding / apply_rotary_pos_emb.
+#include <algorithm>
 #include <cmath>
 
 #include "tensor/autograd/node.h"
@@ -43,6 +44,25 @@ std::pair<Tensor, Tensor> rope_tables(int64_t T, int64_t D, double theta, int64_
   }
   Tensor ct = from_vector<double>(c, {T, D}), st = from_vector<double>(s, {T, D});
   return {to_dtype(ct, dt), to_dtype(st, dt)};
+}
+
+std::pair<Tensor, Tensor> rope_tables(const Tensor& position_ids, int64_t D, double theta, DType dt) {
+  DTR_CHECK(position_ids.dim() == 2 && position_ids.dtype() == DType::i64,
+            "rope_tables: position_ids must be int64 [B, T], got ", position_ids.dtype(), " ", position_ids.sizes());
+  const Tensor pos = position_ids.device().is_cpu() ? position_ids.detach() : to_device(position_ids, Device::cpu());
+  int64_t n = 0;  // positions 0 .. n - 1 are needed
+  for (int64_t p : pos.to_vector<int64_t>()) {
+    DTR_CHECK(p >= 0, "rope_tables: position_ids must be >= 0, got ", p);
+    n = std::max(n, p + 1);
+  }
+  auto [c, s] = rope_tables(n, D, theta, 0, dt);  // [n, D]
+  c = unsqueeze(embedding(pos, c), 1);           // [B, 1, T, D]
+  s = unsqueeze(embedding(pos, s), 1);
+  if (!position_ids.device().is_cpu()) {
+    c = to_device(c, position_ids.device());
+    s = to_device(s, position_ids.device());
+  }
+  return {c, s};
 }
 
 Tensor rotary_embedding(const Tensor& x, const Tensor& cos, const Tensor& sin) {

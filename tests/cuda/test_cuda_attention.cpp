@@ -103,6 +103,40 @@ TEST_CASE("cuda sdpa: bf16 forward and backward match the CPU", "[cuda][attentio
   for (const Case& c : cases) check_case(c, DType::bf16);
 }
 
+TEST_CASE("cuda sdpa: document ids and offsets match the CPU", "[cuda][attention][packing]") {
+  DTR_REQUIRE_CUDA();
+  manual_seed(4321);
+  // Documents that start and end inside the 64-row tiles, one spanning three; GQA 4/2.
+  std::vector<int64_t> ids;
+  for (int64_t n : {5, 70, 1, 60, 3, 61})
+    for (int64_t t = 0; t < n; ++t) ids.push_back(static_cast<int64_t>(ids.empty() ? 0 : ids.back() + (t == 0)));
+  const Tensor docs = from_vector<int64_t>(ids, {1, 200});
+  for (DType dt : {DType::f32, DType::bf16})
+    for (int64_t window : {0, 7}) {
+      INFO(dt << " window=" << window);
+      const TensorOptions opt = TensorOptions(dt).with_requires_grad();
+      testing::check_cuda_matches_cpu(
+          [&](const std::vector<Tensor>& in) {
+            SdpaMask m;
+            m.q_document_ids = docs.to(in[0].device());
+            return std::vector<Tensor>{scaled_dot_product_attention(in[0], in[1], in[2], true, std::nullopt, window, m)};
+          },
+          {randn({1, 4, 200, 64}, opt), randn({1, 2, 200, 64}, opt), randn({1, 2, 200, 64}, opt)}, atol_of(dt),
+          rtol_of(dt));
+      // A query chunk [70, 200) against all keys (context-parallel offsets), with its documents.
+      testing::check_cuda_matches_cpu(
+          [&](const std::vector<Tensor>& in) {
+            SdpaMask m;
+            m.q_offset = 70;
+            m.q_document_ids = docs.narrow(1, 70, 130).contiguous().to(in[0].device());
+            m.k_document_ids = docs.to(in[0].device());
+            return std::vector<Tensor>{scaled_dot_product_attention(in[0], in[1], in[2], true, std::nullopt, window, m)};
+          },
+          {randn({1, 4, 130, 64}, opt), randn({1, 2, 200, 64}, opt), randn({1, 2, 200, 64}, opt)}, atol_of(dt),
+          rtol_of(dt));
+    }
+}
+
 TEST_CASE("cuda sdpa: bf16 / f16 CUDA-core forward (DTR_CUDA_SDPA_SIMPLE=1) matches the CPU", "[cuda][attention]") {
   DTR_REQUIRE_CUDA();
   struct EnvGuard {  // the op reads the variable on every call

@@ -104,3 +104,25 @@ TEST_CASE("tensor-parallel attention block (colwise qkv, rope, sdpa, rowwise out
     if (mesh.size(tp_dim) > 1) CHECK(placements(out)[tp_dim].is_partial());
   }
 }
+
+TEST_CASE("sdpa with document ids and offsets, q, k, v sharded alike", "[rules][attention][packing]") {
+  // Document ids are plain tensors (replicated): they take the batch shards of q, k, v.
+  manual_seed(64);
+  Tensor q = rnd({3, 4, 7, 4}), k = rnd({3, 2, 7, 4}), v = rnd({3, 2, 7, 4});
+  SdpaMask mask;
+  mask.q_document_ids = from_vector<int64_t>({0, 0, 1, 1, 1, 2, 2, 0, 0, 0, 0, 1, 1, 1, 0, 1, 2, 3, 4, 5, 5}, {3, 7});
+  mask.q_offset = 1;  // the diagonal moves one key right
+  Fn f = [mask](const std::vector<Tensor>& x) {
+    return scaled_dot_product_attention(x[0], x[1], x[2], true, std::nullopt, 0, mask);
+  };
+  for (const DeviceMesh& mesh : test_meshes())
+    for (const Placement& p : {Placement(Shard(0)), Placement(Shard(1)), Placement(Replicate())}) {
+      int64_t n = 1;
+      for (int i = 0; i < mesh.ndim(); ++i) n *= mesh.size(i);
+      if (p.is_shard(1) && 2 % n != 0) continue;  // GQA heads must divide (tested above)
+      const Placements pl(mesh.ndim(), p);
+      const std::string r = compare_with_single(f, {q, k, v}, mesh, {pl, pl, pl});
+      INFO(r);
+      CHECK(r.empty());
+    }
+}

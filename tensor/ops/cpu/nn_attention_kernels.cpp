@@ -2,6 +2,9 @@
 // (Flash-attention 2 backward), blocks of 64 queries x 128 keys through Eigen (64 x 64 was ~12%
 // slower on one core at [4, 9, 256, 64]). f32 blocks take exp through Eigen's vectorised packet
 // math; f64 keeps the scalar std::exp.
+// Masks (see Mask): causal with a diagonal offset, sliding window, document ids; a score block the
+// mask hides entirely (past the diagonal, before the window, or without a document in common:
+// the min / max document ids of its rows and keys do not overlap) is skipped.
 // Forward work items: (batch, query head, query block), in parallel.
 // Backward work items: (batch, kv head), in parallel; each owns its dk/dv rows and the dq rows
 // of the query heads in its group, so no accumulation races.
@@ -13,6 +16,7 @@
 #include <cmath>
 #include <limits>
 #include <type_traits>
+#include <utility>
 
 #include "tensor/dispatch.h"
 #include "tensor/ops.h"
@@ -49,42 +53,76 @@ struct Heads {
   const T* at(int64_t b, int64_t h, int64_t l) const { return p + b * sb + h * sh + l * sl; }
 };
 
-/// Number of keys any query row in [i0, i1) may see: all S, or i1 - 1 + (S - T) + 1 when causal.
-int64_t key_end(bool causal, int64_t i1, int64_t T, int64_t S) {
-  if (!causal) return S;
-  return std::clamp<int64_t>(i1 + (S - T), 0, S);
+/// The mask of one sdpa call beyond its shapes: causal diagonal `off` (query i sees key j <= i + off,
+/// S - T when the caller gave no offsets), sliding window, and optional document ids (query i sees
+/// key j only when q_doc[b, i] == k_doc[b, j]; contiguous i64 [B, T] / [B, S], null = none).
+struct Mask {
+  bool causal;
+  int64_t window, off;
+  const int64_t* q_doc = nullptr;
+  const int64_t* k_doc = nullptr;
+  int64_t T, S;
+};
+
+/// Number of keys any query row in [i0, i1) may see: all S, or i1 - 1 + off + 1 when causal.
+int64_t key_end(const Mask& mk, int64_t i1) {
+  if (!mk.causal) return mk.S;
+  return std::clamp<int64_t>(i1 + mk.off, 0, mk.S);
 }
 
-/// First key any query row >= i0 may see: 0, or i0 + (S - T) - window + 1 with a sliding window.
-int64_t key_begin(int64_t window, int64_t i0, int64_t T, int64_t S) {
-  if (window <= 0) return 0;
-  return std::clamp<int64_t>(i0 + (S - T) - window + 1, 0, S);
+/// First key any query row >= i0 may see: 0, or i0 + off - window + 1 with a sliding window.
+int64_t key_begin(const Mask& mk, int64_t i0) {
+  if (mk.window <= 0) return 0;
+  return std::clamp<int64_t>(i0 + mk.off - mk.window + 1, 0, mk.S);
 }
 
-/// True when some entry of the score block [i0, i0 + rows) x [j0, j1) is masked.
-bool block_masked(bool causal, int64_t window, int64_t i0, int64_t rows, int64_t j0, int64_t j1, int64_t T, int64_t S) {
-  if (causal && j1 - 1 > i0 + (S - T)) return true;                        // keys after the first row's last
-  return window > 0 && j0 <= i0 + rows - 1 + (S - T) - window;            // keys before the last row's first
+/// Smallest and largest document id of rows [r0, r1) of `ids`.
+std::pair<int64_t, int64_t> doc_range(const int64_t* ids, int64_t r0, int64_t r1) {
+  const auto [lo, hi] = std::minmax_element(ids + r0, ids + r1);
+  return {*lo, *hi};
 }
 
-/// Sets masked entries of the score block to -inf: keys j > i + S - T (causal) and, with a sliding
-/// window, keys j <= i + S - T - window (a query sees itself and the window - 1 keys before it).
+/// What the mask does to the score block [i0, i0 + rows) x [j0, j1) of batch row b.
+enum class BlockMask { none, partial, all };
+
+BlockMask block_mask(const Mask& mk, int64_t b, int64_t i0, int64_t rows, int64_t j0, int64_t j1) {
+  bool partial = false;
+  if (mk.q_doc) {
+    const auto [qlo, qhi] = doc_range(mk.q_doc + b * mk.T, i0, i0 + rows);
+    const auto [klo, khi] = doc_range(mk.k_doc + b * mk.S, j0, j1);
+    if (qhi < klo || khi < qlo) return BlockMask::all;  // no document in common
+    partial = !(qlo == qhi && klo == khi && qlo == klo);
+  }
+  if (mk.causal && j1 - 1 > i0 + mk.off) partial = true;                          // keys after the first row's last
+  if (mk.window > 0 && j0 <= i0 + rows - 1 + mk.off - mk.window) partial = true;  // keys before the last row's first
+  return partial ? BlockMask::partial : BlockMask::none;
+}
+
+/// Sets masked entries of the score block of batch row b to -inf: keys j > i + off (causal), with a
+/// sliding window keys j <= i + off - window (a query sees itself and the window - 1 keys before
+/// it), and keys of another document.
 template <class T>
-void apply_mask(Mat<T>& s, bool causal, int64_t window, int64_t i0, int64_t j0, int64_t T_, int64_t S) {
+void apply_mask(Mat<T>& s, const Mask& mk, int64_t b, int64_t i0, int64_t j0) {
   const T ninf = -std::numeric_limits<T>::infinity();
   const int64_t cols = s.cols();
   for (int64_t r = 0; r < s.rows(); ++r) {
-    const int64_t last = i0 + r + (S - T_);  // last visible key of this row
-    if (causal)
+    const int64_t last = i0 + r + mk.off;  // last visible key of this row
+    if (mk.causal)
       for (int64_t cidx = std::max<int64_t>(0, last - j0 + 1); cidx < cols; ++cidx) s(r, cidx) = ninf;
-    if (window > 0)
-      for (int64_t cidx = 0; cidx < std::min<int64_t>(cols, last - window - j0 + 1); ++cidx) s(r, cidx) = ninf;
+    if (mk.window > 0)
+      for (int64_t cidx = 0; cidx < std::min<int64_t>(cols, last - mk.window - j0 + 1); ++cidx) s(r, cidx) = ninf;
+    if (mk.q_doc) {
+      const int64_t d = mk.q_doc[b * mk.T + i0 + r];
+      const int64_t* kd = mk.k_doc + b * mk.S + j0;
+      for (int64_t cidx = 0; cidx < cols; ++cidx)
+        if (kd[cidx] != d) s(r, cidx) = ninf;
+    }
   }
 }
 
 template <class T>
-void sdpa_forward(const Tensor& q, const Tensor& k, const Tensor& v, Tensor& out, Tensor& lse, bool causal, double scale,
-                  int64_t window) {
+void sdpa_forward(const Tensor& q, const Tensor& k, const Tensor& v, Tensor& out, Tensor& lse, const Mask& mk,
+                  double scale) {
   const int64_t B = q.size(0), Hq = q.size(1), T_ = q.size(2), D = q.size(3);
   const int64_t Hkv = k.size(1), S = k.size(2), Dv = v.size(3), group = Hkv > 0 ? Hq / Hkv : 1;  // 0 heads: empty shard
   const int64_t nqb = (T_ + kBlockQ - 1) / kBlockQ;
@@ -103,13 +141,15 @@ void sdpa_forward(const Tensor& q, const Tensor& k, const Tensor& v, Tensor& out
     Eigen::Matrix<T, Eigen::Dynamic, 1> m = Eigen::Matrix<T, Eigen::Dynamic, 1>::Constant(n, ninf);
     Eigen::Matrix<T, Eigen::Dynamic, 1> l = Eigen::Matrix<T, Eigen::Dynamic, 1>::Zero(n);
     Mat<T> s;
-    const int64_t jend = key_end(causal, i1, T_, S);
-    for (int64_t j0 = key_begin(window, i0, T_, S); j0 < jend; j0 += kBlockK) {
+    const int64_t jend = key_end(mk, i1);
+    for (int64_t j0 = key_begin(mk, i0); j0 < jend; j0 += kBlockK) {
       const int64_t j1 = std::min(jend, j0 + kBlockK), nb = j1 - j0;
+      const BlockMask bm = block_mask(mk, b, i0, n, j0, j1);
+      if (bm == BlockMask::all) continue;
       CMap<T> km(K.at(b, hk, j0), nb, D, Eigen::OuterStride<>(K.sl));
       CMap<T> vm(V.at(b, hk, j0), nb, Dv, Eigen::OuterStride<>(V.sl));
       s.noalias() = (qm * km.transpose()) * sc;
-      if (block_masked(causal, window, i0, n, j0, j1, T_, S)) apply_mask(s, causal, window, i0, j0, T_, S);
+      if (bm == BlockMask::partial) apply_mask(s, mk, b, i0, j0);
       for (int64_t r = 0; r < n; ++r) {
         const T mnew = std::max(m(r), s.row(r).maxCoeff());
         if (mnew == ninf) {  // nothing visible yet in this row
@@ -149,9 +189,23 @@ void sdpa_forward(const Tensor& q, const Tensor& k, const Tensor& v, Tensor& out
   }
 }
 
-/// The sliding window of an sdpa call (attrs {is_causal, scale, window}; 0 = none, also when the
-/// attribute is absent).
-int64_t sdpa_window(const OpCall& c) { return c.attrs.size() > 2 ? c.i(2) : 0; }
+/// The mask of an sdpa / sdpa_backward call: attrs {is_causal, scale[, window[, diagonal]]}
+/// (window 0 and diagonal S - T when absent), document ids at inputs doc0, doc0 + 1 when present
+/// (`ids` keeps their contiguous i64 copies alive).
+Mask sdpa_mask(const OpCall& c, size_t doc0, int64_t T, int64_t S, Tensor (&ids)[2]) {
+  Mask mk{c.b(0), c.attrs.size() > 2 ? c.i(2) : 0, c.attrs.size() > 3 ? c.i(3) : S - T};
+  mk.T = T;
+  mk.S = S;
+  if (c.inputs.size() > doc0 + 1 && c.inputs[doc0].defined()) {
+    for (int j = 0; j < 2; ++j) {
+      ids[j] = contiguous(c.inputs[doc0 + j].detach());
+      DTR_CHECK(ids[j].dtype() == DType::i64, "sdpa: document ids must be int64, got ", ids[j].dtype());
+    }
+    mk.q_doc = static_cast<const int64_t*>(ids[0].data_ptr());
+    mk.k_doc = static_cast<const int64_t*>(ids[1].data_ptr());
+  }
+  return mk;
+}
 
 std::vector<Tensor> k_sdpa(const OpCall& c) {
   const DType in_dt = c.inputs[0].dtype();
@@ -159,16 +213,16 @@ std::vector<Tensor> k_sdpa(const OpCall& c) {
   Tensor q = prepared(c.inputs[0], dt), k = prepared(c.inputs[1], dt), v = prepared(c.inputs[2], dt);
   Tensor out = empty({q.size(0), q.size(1), q.size(2), v.size(3)}, TensorOptions(dt));
   Tensor lse = empty({q.size(0), q.size(1), q.size(2)}, TensorOptions(dt));
-  cpu::dispatch_floating(dt, "sdpa", [&](auto tag) {
-    sdpa_forward<decltype(tag)>(q, k, v, out, lse, c.b(0), c.f(1), sdpa_window(c));
-  });
+  Tensor ids[2];
+  const Mask mk = sdpa_mask(c, 3, q.size(2), k.size(2), ids);
+  cpu::dispatch_floating(dt, "sdpa", [&](auto tag) { sdpa_forward<decltype(tag)>(q, k, v, out, lse, mk, c.f(1)); });
   if (dt != in_dt) out = to_dtype(out, in_dt);
   return {out, lse};
 }
 
 template <class T>
 void sdpa_backward(const Tensor& g, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& o,
-                   const Tensor& lse, Tensor& dq, Tensor& dk, Tensor& dv, bool causal, double scale, int64_t window) {
+                   const Tensor& lse, Tensor& dq, Tensor& dk, Tensor& dv, const Mask& mk, double scale) {
   const int64_t B = q.size(0), Hq = q.size(1), T_ = q.size(2), D = q.size(3);
   const int64_t Hkv = k.size(1), S = k.size(2), Dv = v.size(3), group = Hkv > 0 ? Hq / Hkv : 1;  // 0 heads: empty shard
   const Heads<T> Q(q), K(k), V(v), G(g), O(o);
@@ -199,13 +253,15 @@ void sdpa_backward(const Tensor& g, const Tensor& q, const Tensor& k, const Tens
         for (int64_t r = 0; r < n; ++r) lrow(r) = pl[b * lsb + h * lsh + (i0 + r) * lst];
         di = (gm.cwiseProduct(om)).rowwise().sum();
         dqb = Mat<T>::Zero(n, D);
-        const int64_t jend = key_end(causal, i1, T_, S);
-        for (int64_t j0 = key_begin(window, i0, T_, S); j0 < jend; j0 += kBlockK) {
+        const int64_t jend = key_end(mk, i1);
+        for (int64_t j0 = key_begin(mk, i0); j0 < jend; j0 += kBlockK) {
           const int64_t j1 = std::min(jend, j0 + kBlockK), nb = j1 - j0;
+          const BlockMask bm = block_mask(mk, b, i0, n, j0, j1);
+          if (bm == BlockMask::all) continue;
           CMap<T> km(K.at(b, hk, j0), nb, D, Eigen::OuterStride<>(K.sl));
           CMap<T> vm(V.at(b, hk, j0), nb, Dv, Eigen::OuterStride<>(V.sl));
           s.noalias() = (qm * km.transpose()) * sc;
-          if (block_masked(causal, window, i0, n, j0, j1, T_, S)) apply_mask(s, causal, window, i0, j0, T_, S);
+          if (bm == BlockMask::partial) apply_mask(s, mk, b, i0, j0);
           for (int64_t r = 0; r < n; ++r) {  // P = exp(s - lse); masked and key-less rows -> 0
             if (lrow(r) == ninf) {
               s.row(r).setZero();
@@ -231,7 +287,8 @@ void sdpa_backward(const Tensor& g, const Tensor& q, const Tensor& k, const Tens
   }
 }
 
-/// inputs {g, q, k, v, out, lse}, attrs {is_causal, scale[, window]} -> {dq, dk, dv}.
+/// inputs {g, q, k, v, out, lse[, q_document_ids, k_document_ids]}, attrs {is_causal, scale[, window[,
+/// diagonal]]} -> {dq, dk, dv}.
 std::vector<Tensor> k_sdpa_backward(const OpCall& c) {
   const DType dt = c.inputs[1].dtype();
   Tensor g = prepared(c.inputs[0], dt), q = prepared(c.inputs[1], dt), k = prepared(c.inputs[2], dt);
@@ -240,8 +297,10 @@ std::vector<Tensor> k_sdpa_backward(const OpCall& c) {
   DTR_CHECK(g.sizes() == o.sizes(), "sdpa_backward: gradient ", g.sizes(), " vs output ", o.sizes());
   Tensor dq = empty(q.sizes(), TensorOptions(dt)), dk = empty(k.sizes(), TensorOptions(dt));
   Tensor dv = empty(v.sizes(), TensorOptions(dt));
+  Tensor ids[2];
+  const Mask mk = sdpa_mask(c, 6, q.size(2), k.size(2), ids);
   cpu::dispatch_floating(dt, "sdpa_backward", [&](auto tag) {
-    sdpa_backward<decltype(tag)>(g, q, k, v, o, lse, dq, dk, dv, c.b(0), c.f(1), sdpa_window(c));
+    sdpa_backward<decltype(tag)>(g, q, k, v, o, lse, dq, dk, dv, mk, c.f(1));
   });
   return {dq, dk, dv};
 }

@@ -2,8 +2,9 @@
 // checks, output allocation on the inputs' device, and the launch of the fused FlashAttention-2
 // kernels of attention_forward.cu / attention_backward.cu on dtr::cuda::current_stream().
 // Semantics are those of the CPU kernels (tensor/ops/cpu/nn_attention_kernels.cpp):
-//   sdpa          {q, k, v}, attrs {is_causal, scale[, window]} -> {out [B, Hq, T, Dv] (q's dtype), lse [B, Hq, T] f32}
-//   sdpa_backward {g, q, k, v, out, lse}, attrs {is_causal, scale[, window]} -> {dq, dk, dv} (q's dtype)
+//   sdpa          {q, k, v[, q_doc, k_doc]}, attrs {is_causal, scale[, window[, diagonal]]}
+//                 -> {out [B, Hq, T, Dv] (q's dtype), lse [B, Hq, T] f32}
+//   sdpa_backward {g, q, k, v, out, lse[, q_doc, k_doc]}, attrs as sdpa -> {dq, dk, dv} (q's dtype)
 // Supported: f32 / bf16 / f16 (f32 accumulation), head dims D, Dv <= 128. Not on CUDA: f64
 // (dtr::Error). There is no dropout attribute on this op (CPU or CUDA).
 // Env DTR_CUDA_SDPA_SIMPLE=1: bf16 / f16 forward on CUDA cores instead of tensor cores.
@@ -63,6 +64,26 @@ class DeviceGuard {
 /// The sliding window of an sdpa call (attrs {is_causal, scale, window}; 0 when absent).
 int64_t sdpa_window(const OpCall& c) { return c.attrs.size() > 2 ? c.i(2) : 0; }
 
+/// Fills the causal diagonal (attr 3, default S - T) and the document ids (inputs doc0, doc0 + 1,
+/// made contiguous into `ids`, which keeps them alive until the launch is queued) of `p`.
+template <class P>
+void fill_mask(P& p, const OpCall& c, size_t doc0, const Tensor& q, Tensor (&ids)[2]) {
+  constexpr int64_t kMaxLen = std::numeric_limits<int>::max() / 4;
+  const int64_t diag = c.attrs.size() > 3 ? c.i(3) : static_cast<int64_t>(p.S) - p.T;
+  DTR_CHECK(diag >= -kMaxLen && diag <= kMaxLen, c.name(), " (CUDA): causal diagonal ", diag, " out of range");
+  p.diag = static_cast<int>(diag);
+  if (c.inputs.size() > doc0 + 1 && c.inputs[doc0].defined()) {
+    for (int j = 0; j < 2; ++j) {
+      ids[j] = contiguous(c.inputs[doc0 + j]);
+      DTR_CHECK(ids[j].dtype() == DType::i64 && ids[j].device() == q.device(), c.name(),
+                " (CUDA): document ids must be int64 on ", q.device(), ", got ", ids[j].dtype(), " on ",
+                ids[j].device());
+    }
+    p.q_doc = static_cast<const int64_t*>(ids[0].data_ptr());
+    p.k_doc = static_cast<const int64_t*>(ids[1].data_ptr());
+  }
+}
+
 /// Checks shared by forward and backward; fills the geometry of `p` (ForwardParams or BackwardParams).
 template <class P>
 void check_and_fill(P& p, const char* op, const Tensor& q, const Tensor& k, const Tensor& v, bool causal, double scale,
@@ -101,12 +122,14 @@ void check_and_fill(P& p, const char* op, const Tensor& q, const Tensor& k, cons
   copy_strides(p.v_stride, v);
 }
 
-/// inputs {q, k, v}, attrs {is_causal, scale[, window]} -> {out, lse}.
+/// inputs {q, k, v[, q_doc, k_doc]}, attrs {is_causal, scale[, window[, diagonal]]} -> {out, lse}.
 std::vector<Tensor> k_sdpa_cuda(const OpCall& c) {
   const Tensor &q = c.inputs[0], &k = c.inputs[1], &v = c.inputs[2];
   attn::ForwardParams p;
   check_and_fill(p, "sdpa", q, k, v, c.b(0), c.f(1), sdpa_window(c));
   DeviceGuard guard(q.device());
+  Tensor ids[2];
+  fill_mask(p, c, 3, q, ids);
   const TensorOptions opt = TensorOptions(q.dtype()).with_device(q.device());
   Tensor out = empty({q.size(0), q.size(1), q.size(2), v.size(3)}, opt);
   Tensor lse = empty({q.size(0), q.size(1), q.size(2)}, opt.with_dtype(DType::f32));
@@ -120,7 +143,7 @@ std::vector<Tensor> k_sdpa_cuda(const OpCall& c) {
   return {out, lse};
 }
 
-/// inputs {g, q, k, v, out, lse}, attrs {is_causal, scale[, window]} -> {dq, dk, dv}.
+/// inputs {g, q, k, v, out, lse[, q_doc, k_doc]}, attrs as sdpa -> {dq, dk, dv}.
 std::vector<Tensor> k_sdpa_backward_cuda(const OpCall& c) {
   const Tensor &g = c.inputs[0], &q = c.inputs[1], &k = c.inputs[2], &v = c.inputs[3], &o = c.inputs[4];
   const Tensor& lse = c.inputs[5];
@@ -135,6 +158,8 @@ std::vector<Tensor> k_sdpa_backward_cuda(const OpCall& c) {
             "sdpa_backward (CUDA): lse must be float32 [B, Hq, T] = ", Shape({q.size(0), q.size(1), q.size(2)}),
             ", got ", lse.dtype(), " ", lse.sizes());
   DeviceGuard guard(q.device());
+  Tensor ids[2];
+  fill_mask(p, c, 6, q, ids);
   const TensorOptions opt = TensorOptions(q.dtype()).with_device(q.device());
   Tensor dq = empty(q.sizes(), opt), dk = empty(k.sizes(), opt), dv = empty(v.sizes(), opt);
   Tensor di = empty({q.size(0), q.size(1), q.size(2)}, opt.with_dtype(DType::f32));  // rowsum(dO * O)

@@ -30,8 +30,10 @@
 // selects the CUDA-core forward for bf16 / f16 too.
 // Head dims: kernels are templated on a padded head dim HD in {64, 128}; D and Dv up to HD are
 // zero-padded in shared memory (zeros add nothing to the dot products). D > 128 is rejected.
-// Causal mask: key j visible from query i when j <= i + (S - T) (bottom-right aligned, the
-// KV-cache convention), so S_q != S_k works. GQA: kv head = q head / (Hq / Hkv).
+// Causal mask: key j visible from query i when j <= i + diag, diag = S - T by default (bottom-right
+// aligned, the KV-cache convention), so S_q != S_k works; SdpaMask offsets set diag. Document ids
+// (q_doc / k_doc): key j visible from query i only when their ids are equal (checked per score;
+// no tile skipping on CUDA beyond the causal one). GQA: kv head = q head / (Hq / Hkv).
 // Inputs may have any strides (loads are strided, coalesced when the head dim has stride 1).
 // Dropout: the CPU op has no dropout attribute, so neither does this one.
 #include <cuda_runtime.h>
@@ -53,6 +55,10 @@ struct ForwardParams {
   int B = 0, Hq = 0, Hkv = 0, T = 0, S = 0, D = 0, Dv = 0;
   bool causal = false;
   int window = 0;  // sliding window (causal only); 0 = none
+  int diag = 0;    // causal diagonal: query i sees key j <= i + diag
+  /// Document ids, contiguous int64 [B, T] / [B, S] on the device; null = no document mask.
+  const int64_t* q_doc = nullptr;
+  const int64_t* k_doc = nullptr;
   float scale = 1.0f;
   /// bf16 / f16: use the tensor-core kernel (attention_forward_mma.cu); false: the CUDA-core one.
   bool tensor_cores = true;
@@ -72,6 +78,10 @@ struct BackwardParams {
   int B = 0, Hq = 0, Hkv = 0, T = 0, S = 0, D = 0, Dv = 0;
   bool causal = false;
   int window = 0;  // sliding window (causal only); 0 = none
+  int diag = 0;    // causal diagonal: query i sees key j <= i + diag
+  /// Document ids, contiguous int64 [B, T] / [B, S] on the device; null = no document mask.
+  const int64_t* q_doc = nullptr;
+  const int64_t* k_doc = nullptr;
   float scale = 1.0f;
   const void* g = nullptr;
   const void* q = nullptr;

@@ -48,11 +48,11 @@ __device__ __forceinline__ void load_query_tile(const BackwardParams& p, int b, 
   }
 }
 
-/// Score phase shared by both kernels: for tile row r = threadIdx.x / 4 and the 16 key columns
+/// Score phase shared by both kernels (batch row b): for tile row r = threadIdx.x / 4 and the 16 key columns
 /// c = c4 + 4 jj, writes dS = P * (dO.v - Di) to sdS[r][c] and, when sP is not null, P to sP[r][c].
 /// P = exp(scale q.k - LSE) where key j0 + c is visible from query i0 + r and LSE is finite, else 0.
 template <int HD>
-__device__ __forceinline__ void score_phase(const BackwardParams& p, int i0, int j0, const float* sQ, const float* sdO,
+__device__ __forceinline__ void score_phase(const BackwardParams& p, int b, int i0, int j0, const float* sQ, const float* sdO,
                                             const float* sK, const float* sV, const float* sL, const float* sDi,
                                             float* sP, float* sdS) {
   constexpr int LD = tile_ld<HD>();
@@ -75,7 +75,7 @@ __device__ __forceinline__ void score_phase(const BackwardParams& p, int i0, int
 #pragma unroll
   for (int jj = 0; jj < kColsPerThread; ++jj) {
     const int c = c4 + 4 * jj;
-    const bool on = lse != -CUDART_INF_F && visible(p.causal, p.window, i, j0 + c, p.T, p.S);
+    const bool on = lse != -CUDART_INF_F && visible(p, b, i, j0 + c);
     const float pr = on ? expf(qk[jj] * p.scale - lse) : 0.0f;
     if (sP) sP[r * kScoreLd + c] = pr;
     sdS[r * kScoreLd + c] = pr * (dp[jj] - di);
@@ -115,8 +115,8 @@ __global__ void __launch_bounds__(kThreads) dkdv_kernel(const BackwardParams p) 
 #pragma unroll
   for (int a = 0; a < kAccCols; ++a) dk[a] = dv[a] = 0.0f;
 
-  // Causal: query i sees key j0 iff i >= j0 - (S - T); earlier query tiles see none of this tile.
-  int i_first = p.causal ? j0 - (p.S - p.T) : 0;
+  // Causal: query i sees key j0 iff i >= j0 - diag; earlier query tiles see none of this tile.
+  int i_first = p.causal ? j0 - p.diag : 0;
   if (i_first < 0) i_first = 0;
   const int i_begin = (i_first / kBlockQ) * kBlockQ;
   for (int h = hk * group; h < (hk + 1) * group; ++h) {
@@ -124,7 +124,7 @@ __global__ void __launch_bounds__(kThreads) dkdv_kernel(const BackwardParams p) 
       __syncthreads();  // the previous query tile is no longer read (and sK / sV are loaded)
       load_query_tile<T, HD>(p, b, h, i0, sQ, sdO, sL, sDi);
       __syncthreads();
-      score_phase<HD>(p, i0, j0, sQ, sdO, sK, sV, sL, sDi, sP, sdS);
+      score_phase<HD>(p, b, i0, j0, sQ, sdO, sK, sV, sL, sDi, sP, sdS);
       __syncthreads();
       // dV row kc += P[:, kc]^T dO;  dK row kc += dS[:, kc]^T Q  (scale applied at the end)
       for (int r = 0; r < kBlockQ; ++r) {
@@ -183,14 +183,14 @@ __global__ void __launch_bounds__(kThreads) dq_kernel(const BackwardParams p) {
 #pragma unroll
   for (int a = 0; a < kAccCols; ++a) dq[a] = 0.0f;
 
-  const int jend = key_end(p.causal, i0 + nq, p.T, p.S);
+  const int jend = key_end(p, i0 + nq);
   for (int j0 = 0; j0 < jend; j0 += kBlockK) {
     const int nk = min(kBlockK, p.S - j0);
     __syncthreads();  // the previous key tile and sdS are no longer read (and the query tile is loaded)
     load_tile<T, HD, kBlockK>(sK, head_row<T>(p.k, p.k_stride, b, hk, j0), p.k_stride[2], p.k_stride[3], nk, p.D);
     load_tile<T, HD, kBlockK>(sV, head_row<T>(p.v, p.v_stride, b, hk, j0), p.v_stride[2], p.v_stride[3], nk, p.Dv);
     __syncthreads();
-    score_phase<HD>(p, i0, j0, sQ, sdO, sK, sV, sL, sDi, nullptr, sdS);
+    score_phase<HD>(p, b, i0, j0, sQ, sdO, sK, sV, sL, sDi, nullptr, sdS);
     __syncthreads();
     // dQ row r += dS row . K  (scale applied at the end)
     for (int c = 0; c < kBlockK; ++c) {

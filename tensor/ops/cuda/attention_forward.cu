@@ -38,7 +38,7 @@ __global__ void __launch_bounds__(kThreads) sdpa_forward_kernel(const ForwardPar
 #pragma unroll
   for (int a = 0; a < kAccCols; ++a) acc[a] = 0.0f;
 
-  const int jend = key_end(p.causal, i0 + nq, p.T, p.S);
+  const int jend = key_end(p, i0 + nq);
   for (int j0 = 0; j0 < jend; j0 += kBlockK) {
     const int nk = min(kBlockK, p.S - j0);
     __syncthreads();  // the previous tile's sK / sV / sP are no longer read
@@ -60,7 +60,7 @@ __global__ void __launch_bounds__(kThreads) sdpa_forward_kernel(const ForwardPar
 #pragma unroll
     for (int jj = 0; jj < kColsPerThread; ++jj) {
       const int j = j0 + c4 + 4 * jj;
-      s[jj] = visible(p.causal, p.window, i, j, p.T, p.S) ? s[jj] * p.scale : -CUDART_INF_F;
+      s[jj] = visible(p, b, i, j) ? s[jj] * p.scale : -CUDART_INF_F;
       mloc = fmaxf(mloc, s[jj]);
     }
     const float mnew = fmaxf(m, row_max4(mloc));

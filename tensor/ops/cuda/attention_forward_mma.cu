@@ -124,7 +124,7 @@ __global__ void __launch_bounds__(kMmaThreads) sdpa_forward_mma_kernel(const For
   for (int nb = 0; nb < kNBlocksO; ++nb) o[nb][0] = o[nb][1] = o[nb][2] = o[nb][3] = 0.0f;
   float m[2] = {-CUDART_INF_F, -CUDART_INF_F}, l[2] = {0.0f, 0.0f};  // rows row_lo, row_hi
 
-  const int jend = key_end(p.causal, i0 + nq, p.T, p.S);
+  const int jend = key_end(p, i0 + nq);
   for (int j0 = 0; j0 < jend; j0 += kMmaBlockK) {
     const int nk = min(kMmaBlockK, p.S - j0);
     __syncthreads();  // the previous tile's sK / sV are no longer read
@@ -152,7 +152,7 @@ __global__ void __launch_bounds__(kMmaThreads) sdpa_forward_mma_kernel(const For
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
         const int i = e < 2 ? row_lo : row_hi, j = j0 + nb * 8 + 2 * t + (e & 1);
-        s[nb][e] = visible(p.causal, p.window, i, j, p.T, p.S) ? s[nb][e] * p.scale : -CUDART_INF_F;
+        s[nb][e] = visible(p, b, i, j) ? s[nb][e] * p.scale : -CUDART_INF_F;
         mloc[e / 2] = fmaxf(mloc[e / 2], s[nb][e]);
       }
     }

@@ -80,18 +80,23 @@ __device__ __forceinline__ float row_sum4(float x) {
   return x + __shfl_xor_sync(0xffffffffu, x, 2);
 }
 
-/// First key index not visible to any of the query rows [0, i_end): all S keys, or
-/// clamp(i_end + S - T, 0, S) when causal (key j visible from query i iff j <= i + S - T).
-__device__ __forceinline__ int key_end(bool causal, int i_end, int T, int S) {
-  if (!causal) return S;
-  const int e = i_end + (S - T);
-  return e < 0 ? 0 : (e > S ? S : e);
+/// First key index not visible to any of the query rows [0, i_end) of `p` (ForwardParams or
+/// BackwardParams): all S keys, or clamp(i_end + diag, 0, S) when causal (key j visible from
+/// query i iff j <= i + diag).
+template <class P>
+__device__ __forceinline__ int key_end(const P& p, int i_end) {
+  if (!p.causal) return p.S;
+  const int e = i_end + p.diag;
+  return e < 0 ? 0 : (e > p.S ? p.S : e);
 }
 
-/// True when key j is visible from query i (both in range): j <= i + S - T when causal, and
-/// j > i + S - T - window with a sliding window (window > 0).
-__device__ __forceinline__ bool visible(bool causal, int window, int i, int j, int T, int S) {
-  return i < T && j < S && (!causal || j <= i + (S - T)) && (window <= 0 || j > i + (S - T) - window);
+/// True when key j is visible from query i of batch row b (both in range): j <= i + diag when
+/// causal, j > i + diag - window with a sliding window (window > 0), and the same document id
+/// when the call has document ids.
+template <class P>
+__device__ __forceinline__ bool visible(const P& p, int b, int i, int j) {
+  return i < p.T && j < p.S && (!p.causal || j <= i + p.diag) && (p.window <= 0 || j > i + p.diag - p.window) &&
+         (p.q_doc == nullptr || p.q_doc[static_cast<int64_t>(b) * p.T + i] == p.k_doc[static_cast<int64_t>(b) * p.S + j]);
 }
 
 /// Tensor-core forward (attention_forward_mma.cu), instantiated for T in {__nv_bfloat16,
