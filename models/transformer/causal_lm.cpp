@@ -29,6 +29,17 @@ nn::MoEConfig moe_config(const ModelConfig& c) {
   return m;
 }
 
+double embedding_scale(const ModelConfig& c) {
+  // HF Gemma3TextScaledWordEmbedding: sqrt(hidden) as a float32 tensor, cast to the weight dtype.
+  return c.scale_embeddings ? static_cast<double>(static_cast<float>(std::sqrt(static_cast<double>(c.hidden_size))))
+                            : 0.0;
+}
+
+Tensor softcap_logits(const ModelConfig& c, const Tensor& logits) {
+  const double cap = c.final_logit_softcapping;
+  return cap > 0 ? mul(tanh(div(logits, cap)), cap) : logits;
+}
+
 namespace {
 
 Tensor call_child(nn::Module& m, const char* name, const Tensor& x) { return m.get_submodule(name)->call(x); }
@@ -64,9 +75,7 @@ Tensor DecoderLayer::forward(const Tensor& x) {
 
 DecoderModel::DecoderModel(const ModelConfig& c, DType dt, bool init)
     : prefix_(class_prefix(c)),
-      // HF Gemma3TextScaledWordEmbedding: sqrt(hidden) as a float32 tensor, cast to the weight dtype.
-      embed_scale_(c.scale_embeddings ? static_cast<double>(static_cast<float>(std::sqrt(static_cast<double>(c.hidden_size))))
-                                      : 0.0) {
+      embed_scale_(embedding_scale(c)) {
   register_module("embed_tokens", std::make_shared<nn::Embedding>(c.vocab_size, c.hidden_size, dt, init));
   auto layers = std::make_shared<nn::ModuleList>();
   for (int64_t i = 0; i < c.num_hidden_layers; ++i) layers->push_back(std::make_shared<DecoderLayer>(c, i, dt, init));
@@ -120,9 +129,7 @@ void CausalLM::init_weights(double std) {
 }
 
 Tensor CausalLM::forward(const Tensor& ids) {
-  Tensor logits = call_child(*this, "lm_head", call_child(*this, "model", ids));
-  if (const double cap = config_.final_logit_softcapping; cap > 0) logits = mul(tanh(div(logits, cap)), cap);
-  return logits;
+  return softcap_logits(config_, call_child(*this, "lm_head", call_child(*this, "model", ids)));
 }
 
 Tensor CausalLM::forward_loss(const Tensor& ids, const Tensor& labels, bool shift) {

@@ -45,6 +45,12 @@ std::string class_prefix(const ModelConfig& c);
 /// The nn::MoE settings of a MoE family's config (Qwen3-MoE, Mixtral).
 nn::MoEConfig moe_config(const ModelConfig& c);
 
+/// The factor the input embedding is multiplied by: sqrt(hidden) rounded to f32 with
+/// scale_embeddings (Gemma's Gemma3TextScaledWordEmbedding), 0 = none.
+double embedding_scale(const ModelConfig& c);
+/// final_logit_softcapping c > 0: c * tanh(logits / c); otherwise logits unchanged.
+Tensor softcap_logits(const ModelConfig& c, const Tensor& logits);
+
 /// One decoder block. MoE families (ModelConfig::is_moe_layer): mlp is an nn::MoE
 /// (mlp.gate.weight, mlp.experts.gate_up_proj / down_proj, transformers 5's names).
 ///  Llama family: h = x + attn(input_layernorm(x)); out = h + mlp(post_attention_layernorm(h)).

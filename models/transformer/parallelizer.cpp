@@ -1,6 +1,7 @@
 #include "models/transformer/parallelizer.h"
 
 #include "models/transformer/causal_lm.h"
+#include "models/transformer/pipeline_stage.h"
 #include "parallel/tensor_parallel/kv_replicate.h"
 
 namespace dtr {
@@ -13,8 +14,28 @@ void check_tp_heads(const ModelConfig& c, int64_t tp, const std::string& source)
             " nor is a multiple of it (kv heads are split or replicated whole) (", source, ")");
 }
 
+namespace {
+
+/// The config of a whole causal LM or of one of its pipeline stages.
+const ModelConfig& decoder_config(nn::Module& model) {
+  if (auto* m = dynamic_cast<CausalLM*>(&model)) return m->config();
+  if (auto* s = dynamic_cast<CausalLMStage*>(&model)) return s->config();
+  DTR_ERROR("DecoderParallelizer: ", model.type_name(), " is neither a CausalLM nor a CausalLMStage");
+}
+
+/// A pipeline stage holds the embedding (first) and the final norm and lm_head (last) only.
+bool holds(nn::Module& model, const std::string& fqn) {
+  auto* s = dynamic_cast<CausalLMStage*>(&model);
+  if (!s) return true;
+  if (fqn == "model.embed_tokens") return s->is_first();
+  if (fqn == "model.norm" || fqn == "lm_head") return s->is_last();
+  return true;
+}
+
+}  // namespace
+
 ParallelizePlan DecoderParallelizer::tp_plan(nn::Module& model, const MeshContext& ctx) {
-  const ModelConfig& c = dynamic_cast<CausalLM&>(model).config();
+  const ModelConfig& c = decoder_config(model);
   const int64_t kv = c.num_key_value_heads > 0 ? c.num_key_value_heads : c.num_attention_heads;
   const bool replicate_kv = ctx.tp_size > kv;
   const bool sp = ctx.sequence_parallel;
@@ -51,11 +72,12 @@ ParallelizePlan DecoderParallelizer::tp_plan(nn::Module& model, const MeshContex
                               : std::make_shared<RowwiseParallel>()});
   if (sp) plan.push_back({"model.norm", std::make_shared<SequenceParallel>(1, false)});
   plan.push_back({"lm_head", std::make_shared<ColwiseParallel>(sp ? Shard(1) : Replicate(), Shard(-1), false)});
+  std::erase_if(plan, [&](const auto& e) { return !holds(model, e.first); });
   return plan;
 }
 
 void DecoderParallelizer::validate_tp_mesh(nn::Module& model, int64_t tp) {
-  check_tp_heads(dynamic_cast<CausalLM&>(model).config(), tp, "model " + model.type_name());
+  check_tp_heads(decoder_config(model), tp, "model " + model.type_name());
 }
 
 void DecoderParallelizer::check_tp_plan(nn::Module& model, const MeshContext& ctx, const ParallelizePlan& plan) {
@@ -81,10 +103,10 @@ void DecoderParallelizer::check_tp_plan(nn::Module& model, const MeshContext& ct
 }
 
 std::vector<std::pair<std::string, std::shared_ptr<nn::Module>>> DecoderParallelizer::extra_units(nn::Module& model) {
-  auto& m = dynamic_cast<CausalLM&>(model);
   std::vector<std::pair<std::string, std::shared_ptr<nn::Module>>> out;
-  if (m.tied()) return out;  // tied tables live in the root unit
+  if (decoder_config(model).tie_word_embeddings) return out;  // tied tables live in the root unit
   for (const char* fqn : {"model.embed_tokens", "lm_head"}) {
+    if (!holds(model, fqn)) continue;
     auto sub = model.get_submodule(fqn);
     bool trainable = false;
     for (auto& [n, p] : sub->named_parameters()) trainable = trainable || p.requires_grad();

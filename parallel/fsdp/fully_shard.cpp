@@ -24,6 +24,7 @@ struct FSDPState : std::enable_shared_from_this<FSDPState> {
   std::unique_ptr<FSDPParamGroup> group;
   bool is_root = false;
   bool requires_sync = true;
+  bool hooks_enabled = true;  // false: the pipeline schedule drives the unit (set_fsdp_hooks_enabled)
   std::shared_ptr<FSDPContext> ctx;
   // per iteration
   std::vector<bool> ready;
@@ -152,6 +153,7 @@ void FSDPState::become_root() {
 }
 
 void FSDPState::pre_forward(std::vector<Tensor>& inputs) {
+  if (!hooks_enabled) return;
   if (!ctx) become_root();
   if (is_root) {
     // A new iteration: finish leftovers of the previous one (no new reductions), reset.
@@ -206,6 +208,7 @@ void FSDPState::pre_forward(std::vector<Tensor>& inputs) {
 }
 
 void FSDPState::post_forward(std::vector<Tensor>& outputs) {
+  if (!hooks_enabled) return;
   ctx->post_fwd.push_back(this);
   if (!is_root && opt.reshard_after_forward) group->reshard();
   if (is_root && opt.mp_policy.output_dtype)
@@ -239,7 +242,7 @@ void FSDPState::pre_backward() {
 }
 
 void FSDPState::on_grad_ready(int idx) {
-  if (!ctx || post_backward_done || ready.empty()) return;
+  if (!hooks_enabled || !ctx || post_backward_done || ready.empty()) return;
   if (!ready[idx]) {
     ready[idx] = true;
     ++n_ready;
@@ -368,6 +371,17 @@ void set_requires_gradient_sync(nn::Module& module, bool requires_sync) {
     ++n;
   }
   DTR_CHECK(n > 0, "set_requires_gradient_sync: no fully_shard unit under this ", module.type_name());
+}
+
+void set_fsdp_hooks_enabled(nn::Module& module, bool enabled) {
+  int n = 0;
+  for (auto& [name, m] : module.named_modules()) {
+    auto s = state_of(m.get());
+    if (!s) continue;
+    s->hooks_enabled = enabled;
+    ++n;
+  }
+  DTR_CHECK(n > 0, "set_fsdp_hooks_enabled: no fully_shard unit under this ", module.type_name());
 }
 
 void finish_backward(nn::Module& module) {

@@ -66,6 +66,14 @@ bool is_fully_sharded(const nn::Module& module);
 /// subtree. Errors: no unit in the subtree.
 void set_requires_gradient_sync(nn::Module& module, bool requires_sync);
 
+/// Pipeline parallelism: with false, the forward / backward hooks of every unit under `module`
+/// do nothing and the caller drives the param groups (fsdp_param_group): the pipeline gathers
+/// each unit once before a step's first micro-batch, keeps it unsharded through every forward
+/// and backward (FSDP2's reshard_after_forward=False, as Automodel sets under PP), then reduces
+/// the accumulated gradients and reshards (parallel/pipeline/stage_fsdp.h). Mixed-precision
+/// input / output casts are hook work and do not run either. Errors: no unit in the subtree.
+void set_fsdp_hooks_enabled(nn::Module& module, bool enabled);
+
 /// Finishes the backward of every unit under `module`: reduces units whose gradients are
 /// incomplete (missing = zero), waits for all reductions and in-flight all-gathers, reshards.
 /// Idempotent. Errors: no unit in the subtree.
