@@ -1,0 +1,271 @@
+// Pipeline parallelism on an 8-layer debug Llama: the stages of each pp rank (CausalLMStage)
+// run GPipe, 1F1B and interleaved 1F1B (2 stages per rank) over the micro-batches of each step,
+// alone (pp = world: 2, 3, 4 ranks; 3 gives uneven 3/3/2 and 2/2/1/1/1/1 splits) and at 4 ranks
+// as pp 2 x dp 2 (FSDP per stage, with activation checkpointing) and pp 2 x tp 2 (TP inside the
+// stages, loss parallel on the last); full fine-tune and LoRA; a recipe layer list (1 + 7);
+// tied embeddings (gradients summed between the first and last stage). Every run's step-0 loss
+// and gradients, and the losses and parameters after 5 AdamW steps, equal the single process
+// (whole model, the same micro-batches accumulated in one loop).
+#include <catch2/catch.hpp>
+
+#include <algorithm>
+#include <cmath>
+#include <map>
+#include <tuple>
+
+#include "dtensor/api.h"
+#include "llama_test_util.h"
+#include "models/lora/inject.h"
+#include "models/transformer/causal_lm.h"
+#include "models/transformer/pipeline_stage.h"
+#include "parallel/mesh_context.h"
+#include "parallel/model_parallelizer.h"
+#include "parallel/pipeline/executor.h"
+#include "parallel/pipeline/stage_fsdp.h"
+#include "parallel/pipeline/tied_weights.h"
+#include "runtime/env.h"
+#include "tensor/autograd/grad_mode.h"
+#include "tensor/ops.h"
+#include "tensor/optim/adamw.h"
+#include "tensor/random.h"
+
+using namespace dtr;
+
+namespace {
+
+using K = PipelineScheduleKind;
+constexpr int64_t kSeq = 8, kRowsPerMicro = 2;
+/// f32: only summation orders differ (micro-batch accumulation is the same loop; dp sums and TP
+/// partial products differ in the last bits). As in test_fsdp_llama: AdamW's 1/sqrt(v) amplifies
+/// that noise on elements with near-zero gradients; 2e-5 is 2% of one lr-1e-3 step, so a wrong
+/// gradient (whole steps) cannot pass. Gradients: relative to the largest element of the tensor.
+constexpr double kParamTol = 2e-5, kLossTol = 1e-6, kGradTol = 1e-5;
+
+ModelConfig config(bool tied) {
+  ModelConfig c = llama_debug_config();
+  c.num_hidden_layers = 8;
+  c.layer_types.assign(8, "full_attention");
+  c.tie_word_embeddings = tied;
+  return c;
+}
+
+std::shared_ptr<CausalLM> make_model(bool lora, bool tied) {
+  manual_seed(42);
+  auto m = std::make_shared<CausalLM>(config(tied));
+  if (lora) {
+    LoraConfig lc;
+    lc.options.r = 4;
+    lc.options.alpha = 8;
+    apply_lora(*m, lc);
+    NoGradGuard g;
+    for (auto& [n, p] : m->named_parameters())
+      if (n.find("lora_B") != std::string::npos) p.copy_(normal(p.sizes(), 0.0, 0.02));
+  }
+  return m;
+}
+
+struct Run {
+  std::vector<double> losses;
+  std::map<std::string, Tensor> grads0;  // gradients after step 0's backward (full tensors)
+  std::map<std::string, Tensor> params;  // parameters after the last step (full tensors)
+};
+
+Tensor full_of(const Tensor& t) { return t.is_distributed() ? full_tensor(t.detach()) : t.detach().clone(); }
+
+/// Micro-batch k of data-parallel rank d at `step`: rows [(d m + k) r, (d m + k + 1) r).
+Tensor micro_rows(int step, int64_t d, int m, int k) {
+  const int64_t b0 = (d * m + k) * kRowsPerMicro;
+  return testing::debug_token_rows(step, b0, b0 + kRowsPerMicro, kSeq);
+}
+
+/// The single process: the whole model on the whole batch (the micro_total micro-batches' rows
+/// in one forward; equal token counts, so its token mean is the mean of the micro-batch means).
+/// Cached per (lora, tied, micro_total).
+const Run& reference(bool lora, bool tied, int micro_total) {
+  static std::map<std::tuple<bool, bool, int>, Run> cache;
+  auto it = cache.find({lora, tied, micro_total});
+  if (it != cache.end()) return it->second;
+  auto model = make_model(lora, tied);
+  std::vector<Tensor> ps;
+  for (auto& p : model->parameters())
+    if (p.requires_grad()) ps.push_back(p);
+  optim::AdamW adam(ps, optim::AdamWOptions{1e-3});
+  Run r;
+  for (int step = 0; step < 5; ++step) {
+    Tensor ids = testing::debug_token_rows(step, 0, micro_total * kRowsPerMicro, kSeq);
+    Tensor loss = causal_lm_loss(model->call(ids), ids);
+    loss.backward();
+    if (step == 0)  // every name (a tied table under both: the stages hold one each)
+      for (auto& [n, p] : model->named_parameters("", true, false))
+        if (p.requires_grad()) r.grads0[n] = p.grad().clone();
+    adam.step();
+    adam.zero_grad();
+    r.losses.push_back(loss.item<double>());
+  }
+  for (auto& [n, p] : model->named_parameters("", true, false)) r.params[n] = p.detach().clone();
+  return cache[{lora, tied, micro_total}] = std::move(r);
+}
+
+struct Setup {
+  int pp = 1, dp = 1, tp = 1;
+  K kind = K::OneFOneB;
+  bool lora = false, tied = false, ac = false;
+  std::vector<int64_t> layer_counts;  // recipe list (empty: balanced)
+};
+
+/// The pipeline run: this rank's stages parallelized on its (dp, tp) slice, m = 2 pp micro-batches
+/// per dp rank and step.
+Run pipelined(const Setup& s, int m) {
+  MeshContext ctx;
+  ctx.world_size = world_size();
+  ctx.pp_size = s.pp;
+  ctx.dp_size = ctx.dp_shard_size = s.dp;
+  ctx.tp_size = s.tp;
+  if (s.ac) ctx.activation_checkpointing = "full";
+  ctx.build_mesh();
+  const int pp_rank = static_cast<int>(ctx.mesh->coordinate(0));
+  auto pp_group = ctx.mesh->group("pp");
+  const int v = s.kind == K::Interleaved1F1B ? 2 : 1;
+  auto full_model = make_model(s.lora, s.tied);
+  auto stages = make_pipeline_stages(*full_model, s.pp, pp_rank, v, s.layer_counts, "test");
+  full_model.reset();
+  std::vector<PipelineStage> ps;
+  std::vector<Tensor> trainable;
+  for (auto& st : stages) {
+    parallelize_model(*st, ctx);
+    manage_fsdp_for_pipeline(*st);
+    ps.push_back({st, static_cast<int>(&st - &stages[0]) * s.pp + pp_rank});
+    for (auto& p : st->parameters())  // once each (pp 1: a tied table is in two stages)
+      if (p.requires_grad() && std::none_of(trainable.begin(), trainable.end(),
+                                            [&](const Tensor& t) { return t.impl() == p.impl(); }))
+        trainable.push_back(p);
+  }
+  PipelineExecutor ex(s.kind, ps, s.pp * v, pp_group);
+  optim::AdamW adam(trainable, optim::AdamWOptions{1e-3});
+  const int64_t dp_rank = ctx.dp_rank();
+  const bool has_last = stages.back()->is_last();
+  // The tied copy of this rank (first stage: embedding, last: lm_head) and its peer.
+  Tensor tied_w;
+  for (auto& st : stages)
+    if (!tied_w.defined() && (st->is_first() || st->is_last())) tied_w = tied_stage_weight(*st);
+  const int tied_peer = stages.front()->is_first() ? s.pp - 1 : 0;
+  auto world_pg = DeviceMesh::world("loss").group(0);
+  Run r;
+  for (int step = 0; step < 5; ++step) {
+    std::vector<Tensor> ids;
+    for (int k = 0; k < m; ++k) ids.push_back(micro_rows(step, dp_rank, m, k));
+    for (auto& st : stages) pipeline_unshard(*st);
+    // Each dp rank's token mean over its m micro-batches; FSDP averages the gradients over dp.
+    auto losses = ex.step(ids, [&](int k, const Tensor& logits) {
+      return div(causal_lm_loss(logits, ids[k]), static_cast<double>(m));
+    });
+    for (auto& st : stages) pipeline_reduce_gradients(*st);
+    if (tied_w.defined()) sum_tied_gradients(*pp_group, tied_w, tied_peer);
+    if (step == 0)
+      for (auto& st : stages)
+        for (auto& [n, p] : st->named_parameters())
+          if (p.requires_grad()) r.grads0[n] = full_of(p.grad());
+    adam.step();
+    adam.zero_grad();
+    double ls = 0;
+    for (auto& l : losses) ls += full_of(l).item<double>();
+    // Every (dp, tp) rank of the last stage holds its dp rank's mean; tp ranks hold equal values.
+    Tensor t = from_vector<double>({has_last ? ls / (s.tp * s.dp) : 0.0}, {1});
+    world_pg->all_reduce(t)->wait();
+    r.losses.push_back(t.item<double>());
+  }
+  for (auto& st : stages)
+    for (auto& [n, p] : st->named_parameters()) r.params[n] = full_of(p);
+  return r;
+}
+
+void check_same(const Run& ref, const Run& got, const std::string& what) {
+  INFO(what << " rank " << rank());
+  for (size_t i = 0; i < ref.losses.size(); ++i) {
+    INFO("step " << i << " single " << ref.losses[i] << " pipeline " << got.losses[i]);
+    CHECK(std::abs(ref.losses[i] - got.losses[i]) <= kLossTol * ref.losses[i]);
+  }
+  REQUIRE(!got.params.empty());
+  double worst_g = 0, worst_p = 0;
+  std::string at_g, at_p;
+  for (auto& [n, g] : got.grads0) {
+    REQUIRE(ref.grads0.count(n));
+    const Tensor& e = ref.grads0.at(n);
+    REQUIRE(e.sizes() == g.sizes());
+    const double scale = std::max(amax(abs(e)).item<double>(), 1e-12);
+    const double d = amax(abs(sub(e, g))).item<double>() / scale;
+    if (d > worst_g) worst_g = d, at_g = n;
+  }
+  for (auto& [n, p] : got.params) {
+    REQUIRE(ref.params.count(n));
+    REQUIRE(ref.params.at(n).sizes() == p.sizes());
+    const double d = amax(abs(sub(ref.params.at(n), p))).item<double>();
+    if (d > worst_p) worst_p = d, at_p = n;
+  }
+  INFO("max rel |grad diff| " << worst_g << " at " << at_g << "; max |param diff| " << worst_p << " at " << at_p);
+  CHECK(worst_g <= kGradTol);
+  CHECK(worst_p <= kParamTol);
+}
+
+std::string name(const Setup& s) {
+  return std::string(pipeline_schedule_name(s.kind)) + " pp " + std::to_string(s.pp) + " dp " + std::to_string(s.dp) +
+         " tp " + std::to_string(s.tp) + (s.lora ? " lora" : "") + (s.tied ? " tied" : "") + (s.ac ? " ac" : "");
+}
+
+void run_and_compare(const Setup& s) {
+  const int m = 2 * s.pp;
+  check_same(reference(s.lora, s.tied, m * s.dp), pipelined(s, m), name(s));
+}
+
+}  // namespace
+
+TEST_CASE("pipeline: pp alone (pp = world size) equals the single process, every schedule") {
+  for (K kind : {K::GPipe, K::OneFOneB, K::Interleaved1F1B}) {
+    Setup s;
+    s.pp = world_size();
+    s.kind = kind;
+    run_and_compare(s);
+  }
+  Setup lora;  // LoRA: frozen base, adapters in every stage
+  lora.pp = world_size();
+  lora.lora = true;
+  run_and_compare(lora);
+}
+
+TEST_CASE("pipeline: a recipe layer list and tied embeddings") {
+  const int W = world_size();
+  if (W == 2) {
+    Setup s;
+    s.pp = 2;
+    s.layer_counts = {1, 7};
+    run_and_compare(s);
+  }
+  for (K kind : {K::OneFOneB, K::Interleaved1F1B}) {
+    Setup s;
+    s.pp = W;
+    s.kind = kind;
+    s.tied = true;
+    run_and_compare(s);
+  }
+}
+
+TEST_CASE("pipeline: pp 2 x dp 2 (FSDP per stage) and pp 2 x tp 2 (TP in the stages)") {
+  if (world_size() != 4) return;
+  for (K kind : {K::GPipe, K::OneFOneB, K::Interleaved1F1B}) {
+    Setup dp;
+    dp.pp = 2, dp.dp = 2, dp.kind = kind, dp.ac = kind == K::OneFOneB;
+    run_and_compare(dp);
+    Setup tp;
+    tp.pp = 2, tp.tp = 2, tp.kind = kind;
+    run_and_compare(tp);
+  }
+  Setup dp_lora;
+  dp_lora.pp = 2, dp_lora.dp = 2, dp_lora.lora = true, dp_lora.kind = K::Interleaved1F1B;
+  run_and_compare(dp_lora);
+  Setup tp_lora;
+  tp_lora.pp = 2, tp_lora.tp = 2, tp_lora.lora = true;
+  run_and_compare(tp_lora);
+  Setup tied;
+  tied.pp = 2, tied.dp = 2, tied.tied = true;
+  run_and_compare(tied);
+}
