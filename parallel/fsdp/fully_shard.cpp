@@ -3,6 +3,7 @@
 #include "parallel/fsdp/fully_shard.h"
 
 #include <algorithm>
+#include <functional>
 #include <map>
 #include <unordered_map>
 
@@ -362,26 +363,26 @@ FSDPParamGroup* fsdp_param_group(const nn::Module& module) {
   return s ? s->group.get() : nullptr;
 }
 
-void set_requires_gradient_sync(nn::Module& module, bool requires_sync) {
+namespace {
+/// Calls fn on the state of every unit under `module`. Errors (naming `what`): no unit.
+void for_each_unit(nn::Module& module, const char* what, const std::function<void(FSDPState&)>& fn) {
   int n = 0;
   for (auto& [name, m] : module.named_modules()) {
     auto s = state_of(m.get());
     if (!s) continue;
-    s->requires_sync = requires_sync;
+    fn(*s);
     ++n;
   }
-  DTR_CHECK(n > 0, "set_requires_gradient_sync: no fully_shard unit under this ", module.type_name());
+  DTR_CHECK(n > 0, what, ": no fully_shard unit under this ", module.type_name());
+}
+}  // namespace
+
+void set_requires_gradient_sync(nn::Module& module, bool requires_sync) {
+  for_each_unit(module, "set_requires_gradient_sync", [&](FSDPState& s) { s.requires_sync = requires_sync; });
 }
 
 void set_fsdp_hooks_enabled(nn::Module& module, bool enabled) {
-  int n = 0;
-  for (auto& [name, m] : module.named_modules()) {
-    auto s = state_of(m.get());
-    if (!s) continue;
-    s->hooks_enabled = enabled;
-    ++n;
-  }
-  DTR_CHECK(n > 0, "set_fsdp_hooks_enabled: no fully_shard unit under this ", module.type_name());
+  for_each_unit(module, "set_fsdp_hooks_enabled", [&](FSDPState& s) { s.hooks_enabled = enabled; });
 }
 
 void finish_backward(nn::Module& module) {

@@ -12,12 +12,12 @@
 
 namespace dtr::testing {
 
-/// The debug Llama (llama_debug_config), seeded 42; with `lora`, LoRA r 4 alpha 8 on the default
-/// targets and lora_B drawn from N(0, 0.02) (B starts at zero, which would leave A without
-/// gradient at step 1).
-inline std::shared_ptr<LlamaForCausalLM> make_debug_llama(bool lora) {
+/// The debug Llama (llama_debug_config, or `config`), seeded 42; with `lora`, LoRA r 4 alpha 8 on
+/// the default targets and lora_B drawn from N(0, 0.02) (B starts at zero, which would leave A
+/// without gradient at step 1).
+inline std::shared_ptr<LlamaForCausalLM> make_debug_llama(bool lora, const ModelConfig& config = llama_debug_config()) {
   manual_seed(42);
-  auto m = std::make_shared<LlamaForCausalLM>(llama_debug_config());
+  auto m = std::make_shared<LlamaForCausalLM>(config);
   if (lora) {
     LoraConfig lc;
     lc.options.r = 4;

@@ -49,20 +49,7 @@ ModelConfig config(bool tied) {
   return c;
 }
 
-std::shared_ptr<CausalLM> make_model(bool lora, bool tied) {
-  manual_seed(42);
-  auto m = std::make_shared<CausalLM>(config(tied));
-  if (lora) {
-    LoraConfig lc;
-    lc.options.r = 4;
-    lc.options.alpha = 8;
-    apply_lora(*m, lc);
-    NoGradGuard g;
-    for (auto& [n, p] : m->named_parameters())
-      if (n.find("lora_B") != std::string::npos) p.copy_(normal(p.sizes(), 0.0, 0.02));
-  }
-  return m;
-}
+std::shared_ptr<CausalLM> make_model(bool lora, bool tied) { return testing::make_debug_llama(lora, config(tied)); }
 
 struct Run {
   std::vector<double> losses;
