@@ -1,8 +1,8 @@
 // dtr-bench: the benchmark front end (CLI11 subcommands; `dtr-bench NAME --help` prints the
 // benchmark's options and runs nothing). `dtr-bench <name> [args]` with name one of gemm, ops,
-// dtensor, collectives, fsdp, train-step, moe. Each prints dtr beside its reference, measured in
+// dtensor, collectives, fsdp, pipeline, train-step, moe. Each prints dtr beside its reference, measured in
 // the same run, except train-step and moe (bench/moe.h), which time dtr alone (bench/compare/
-// puts them beside PyTorch: run.sh, moe.sh).
+// puts them beside PyTorch: run.sh, moe.sh), and pipeline, whose reference is the theory.
 //
 // dtr-bench train-step [--layers 30] [--hidden 576] [--intermediate 1536] [--heads 9]
 //     [--kv-heads 3] [--vocab 49152] [--seq 256] [--batch 4] [--lora-rank 8] [--lora-alpha 16]
@@ -29,6 +29,7 @@
 #include "bench/gemm_gpu.h"
 #endif
 #include "bench/ops.h"
+#include "bench/pipeline.h"
 #include "bench/train_step.h"
 #include "runtime/env.h"
 #include "tensor/error.h"
@@ -63,6 +64,10 @@ int main(int argc, char** argv) {
        "[--max-mib N] [--min-kib N] [--ops a,b] [--rounds N]"},
       {"fsdp", dtr::bench::bench_fsdp, "FSDP bytes and peak memory vs their theoretical values (under mpirun)",
        "[--layers N] [--dim N] [--hidden N] [--vocab N] [--seq N] [--batch N] [--steps N] [--no-reshard]"},
+      {"pipeline", dtr::bench::bench_pipeline,
+       "pipeline bubble per schedule vs (p-1)/(m+p-1), peak memory per stage (under mpirun, pp = world)",
+       "[--layers 8] [--hidden 256] [--intermediate 512] [--heads 8] [--kv-heads 4] [--vocab 1024] [--seq 128] "
+       "[--rows 2] [--micro 4,8,16] [--steps 3] [--threads T]"},
       {"train-step", dtr::bench::bench_train_step, "Llama LoRA / full training step: phases, per-op profile, MFU",
        "[--layers 30] [--hidden 576] [--intermediate 1536] [--heads 9] [--kv-heads 3] [--vocab 49152] [--seq 256] "
        "[--batch 4] [--lora-rank 8] [--lora-alpha 16] [--steps 10] [--warmup 2] [--threads T] [--full-ft] [--fsdp]"},
