@@ -21,6 +21,7 @@
 #include "parallel/mesh_context.h"
 #include "parallel/model_parallelizer.h"
 #include "parallel/pipeline/executor.h"
+#include "parallel/pipeline/parallelize_stage.h"
 #include "parallel/pipeline/stage_fsdp.h"
 #include "parallel/pipeline/tied_weights.h"
 #include "runtime/env.h"
@@ -96,7 +97,8 @@ const Run& reference(bool lora, bool tied, int micro_total) {
 struct Setup {
   int pp = 1, dp = 1, tp = 1;
   K kind = K::OneFOneB;
-  bool lora = false, tied = false, ac = false;
+  bool lora = false, tied = false, ac = false, sp = false;
+  int dp_replicate = 1;
   std::vector<int64_t> layer_counts;  // recipe list (empty: balanced)
 };
 
@@ -106,8 +108,11 @@ Run pipelined(const Setup& s, int m) {
   MeshContext ctx;
   ctx.world_size = world_size();
   ctx.pp_size = s.pp;
-  ctx.dp_size = ctx.dp_shard_size = s.dp;
+  ctx.dp_size = s.dp;
+  ctx.dp_replicate_size = s.dp_replicate;
+  ctx.dp_shard_size = s.dp / s.dp_replicate;
   ctx.tp_size = s.tp;
+  ctx.sequence_parallel = s.sp;
   if (s.ac) ctx.activation_checkpointing = "full";
   ctx.build_mesh();
   const int pp_rank = static_cast<int>(ctx.mesh->coordinate(0));
@@ -119,8 +124,7 @@ Run pipelined(const Setup& s, int m) {
   std::vector<PipelineStage> ps;
   std::vector<Tensor> trainable;
   for (auto& st : stages) {
-    parallelize_model(*st, ctx);
-    manage_fsdp_for_pipeline(*st);
+    parallelize_pipeline_stage(*st, ctx);
     ps.push_back({st, static_cast<int>(&st - &stages[0]) * s.pp + pp_rank});
     for (auto& p : st->parameters())  // once each (pp 1: a tied table is in two stages)
       if (p.requires_grad() && std::none_of(trainable.begin(), trainable.end(),
@@ -196,7 +200,7 @@ void check_same(const Run& ref, const Run& got, const std::string& what) {
 
 std::string name(const Setup& s) {
   return std::string(pipeline_schedule_name(s.kind)) + " pp " + std::to_string(s.pp) + " dp " + std::to_string(s.dp) +
-         " tp " + std::to_string(s.tp) + (s.lora ? " lora" : "") + (s.tied ? " tied" : "") + (s.ac ? " ac" : "");
+         " tp " + std::to_string(s.tp) + (s.dp_replicate > 1 ? " hsdp" : "") + (s.sp ? " sp" : "") + (s.lora ? " lora" : "") + (s.tied ? " tied" : "") + (s.ac ? " ac" : "");
 }
 
 void run_and_compare(const Setup& s) {
@@ -249,10 +253,40 @@ TEST_CASE("pipeline: pp 2 x dp 2 (FSDP per stage) and pp 2 x tp 2 (TP in the sta
   Setup dp_lora;
   dp_lora.pp = 2, dp_lora.dp = 2, dp_lora.lora = true, dp_lora.kind = K::Interleaved1F1B;
   run_and_compare(dp_lora);
-  Setup tp_lora;
-  tp_lora.pp = 2, tp_lora.tp = 2, tp_lora.lora = true;
+  Setup tp_lora;  // LoRA and sequence parallelism in the stages
+  tp_lora.pp = 2, tp_lora.tp = 2, tp_lora.lora = true, tp_lora.sp = true;
   run_and_compare(tp_lora);
   Setup tied;
   tied.pp = 2, tied.dp = 2, tied.tied = true;
   run_and_compare(tied);
+}
+
+// Not registered with ctest (the suite runs 1-4 ranks): mpirun -np 8 parallel_test_pipeline_llama.
+TEST_CASE("pipeline: 8 ranks: pp 2 x HSDP (2 x 2), pp 2 x dp 2 x tp 2 (FSDP + TP + SP in the stages)") {
+  if (world_size() != 8) return;
+  for (K kind : {K::OneFOneB, K::Interleaved1F1B}) {
+    Setup hsdp;
+    hsdp.pp = 2, hsdp.dp = 4, hsdp.dp_replicate = 2, hsdp.kind = kind;
+    run_and_compare(hsdp);
+    Setup three_d;
+    three_d.pp = 2, three_d.dp = 2, three_d.tp = 2, three_d.kind = kind, three_d.sp = kind == K::OneFOneB;
+    three_d.lora = kind == K::Interleaved1F1B;
+    run_and_compare(three_d);
+  }
+}
+
+TEST_CASE("pipeline: what is not built under pp is a one-line error") {
+  MeshContext ctx;
+  ctx.world_size = world_size();
+  ctx.pp_size = world_size();
+  ctx.build_mesh();
+  auto m = make_model(false, false);
+  auto stages = make_pipeline_stages(*m, ctx.pp_size, static_cast<int>(ctx.mesh->coordinate(0)), 1, {}, "test");
+  ctx.mp_policy.param_dtype = DType::bf16;
+  CHECK_THROWS_WITH(parallelize_pipeline_stage(*stages[0], ctx),
+                    Catch::Contains("mixed precision inside pipeline stages is not built"));
+  CHECK_THROWS_WITH(make_pipeline_stages(*m, 3, 0, 3, {}, "distributed.pipeline"),
+                    Catch::Contains("8 layers cannot fill 9 pipeline stages"));
+  CHECK_THROWS_WITH(make_pipeline_stages(*m, 2, 0, 1, {4, 3}, "distributed.pipeline"),
+                    Catch::Contains("sum to 7, the model has 8 layers"));
 }
