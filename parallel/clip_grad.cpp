@@ -15,10 +15,11 @@ double clip_grad_norm(const std::vector<Tensor>& params, double max_norm, double
   const bool inf = std::isinf(norm_type);
   DTR_CHECK(inf || norm_type > 0, "clip_grad_norm: norm_type must be > 0 or inf, got ", norm_type);
   NoGradGuard no_grad;
-  // Partial results per set of sharding groups, in first-appearance order (same on all ranks).
+  // Partial results per set of sharding groups, in first-appearance order (same on all ranks),
+  // as f64 [1] tensors on the gradients' device: one host read for the returned norm.
   struct Part {
     std::vector<ProcessGroup*> groups;
-    double value = 0;
+    Tensor value;
   };
   std::vector<Part> parts;
   std::vector<Tensor> locals;
@@ -36,27 +37,24 @@ double clip_grad_norm(const std::vector<Tensor>& params, double max_norm, double
       local = local_tensor(g);
     }
     locals.push_back(local);
-    double v = 0;
+    Tensor v = zeros({1}, TensorOptions(DType::f64).with_device(local.device()));
     if (local.numel() > 0) {
       const Tensor a = abs(local.to(DType::f64));
-      v = inf ? amax(a).item<double>() : sum(norm_type == 2.0 ? mul(a, a) : pow(a, norm_type)).item<double>();
+      v = (inf ? amax(a) : sum(norm_type == 2.0 ? mul(a, a) : pow(a, norm_type))).view({1});
     }
     auto it = std::find_if(parts.begin(), parts.end(), [&](const Part& q) { return q.groups == groups; });
     if (it == parts.end()) {
-      parts.push_back({groups, 0.0});
-      it = parts.end() - 1;
+      parts.push_back({groups, v});
+      continue;
     }
-    it->value = inf ? std::max(it->value, v) : it->value + v;
+    it->value = inf ? maximum(it->value, v) : add(it->value, v);
   }
-  double total = 0;
+  Tensor norm;  // the norm of order norm_type to that power (max for inf), f64 [1]
   for (Part& part : parts) {
-    if (!part.groups.empty()) {
-      Tensor t = from_vector<double>({part.value}, {1});
-      for (ProcessGroup* pg : part.groups) pg->all_reduce(t, inf ? ReduceOp::MAX : ReduceOp::SUM)->wait();
-      part.value = t.item<double>();
-    }
-    total = inf ? std::max(total, part.value) : total + part.value;
+    for (ProcessGroup* pg : part.groups) pg->all_reduce(part.value, inf ? ReduceOp::MAX : ReduceOp::SUM)->wait();
+    norm = !norm.defined() ? part.value : inf ? maximum(norm, part.value) : add(norm, part.value);
   }
+  double total = norm.defined() ? norm.item<double>() : 0.0;
   if (!inf) total = std::pow(total, 1.0 / norm_type);
   DTR_CHECK(!error_if_nonfinite || std::isfinite(total), "clip_grad_norm: the total norm of order ", norm_type,
             " is non-finite (", total, ")");

@@ -57,7 +57,7 @@ struct DDPState {
     std::vector<Tensor> flats;
     for (int i : b.params) {
       Tensor g = params[i].grad();
-      flats.push_back(g.defined() ? g.to(b.dtype).contiguous().view({-1}) : zeros({params[i].numel()}, TensorOptions(b.dtype)));
+      flats.push_back(g.defined() ? g.to(b.dtype).contiguous().view({-1}) : zeros({params[i].numel()}, TensorOptions(b.dtype).with_device(params[i].device())));
     }
     b.flat = flats.size() == 1 ? flats[0].clone() : cat(flats, 0);
     b.work = pg->all_reduce(b.flat, ReduceOp::SUM);

@@ -10,6 +10,7 @@
 #include "tensor/env_vars.h"
 #include "tensor/error.h"
 #ifdef DTR_WITH_CUDA
+#include "runtime/device_routed_process_group.h"
 #include "runtime/nccl_process_group.h"
 #include "tensor/cuda/cuda_context.h"
 #endif
@@ -40,7 +41,12 @@ std::shared_ptr<ProcessGroup> make_group(const Shape& shape, const std::vector<i
   const int color = static_cast<int>(linear(shape, coord, others));
   const int key = static_cast<int>(linear(shape, coord, dims));
 #ifdef DTR_WITH_CUDA
-  if (collective_backend(device) == "nccl") return NcclProcessGroup::split(color, key, name + "{ranks}");
+  // NCCL for CUDA tensors, MPI for the host tensors exchanged beside them (both collective, in
+  // this order on every rank).
+  if (collective_backend(device) == "nccl") {
+    auto nccl = NcclProcessGroup::split(color, key, name + "{ranks}");
+    return std::make_shared<DeviceRoutedProcessGroup>(MpiProcessGroup::split(color, key, name + "{ranks}"), nccl);
+  }
 #endif
   return MpiProcessGroup::split(color, key, name + "{ranks}");
 }

@@ -14,7 +14,8 @@ namespace dtr {
 /// The collective backend of a mesh on `device`: "nccl" or "mpi". Env DTR_BACKEND=mpi|nccl
 /// chooses; unset: "nccl" for CUDA meshes in CUDA builds when every local rank has its own
 /// GPU (local_size <= device count), else "mpi" (CUDA tensors staged through pinned host
-/// memory, e.g. several ranks sharing one GPU). CPU meshes always use MPI.
+/// memory, e.g. several ranks sharing one GPU). CPU meshes always use MPI. The groups of an
+/// "nccl" mesh are DeviceRoutedProcessGroups: NCCL for CUDA tensors, MPI for CPU tensors.
 /// Errors: another DTR_BACKEND value; nccl without a CUDA device or without the CUDA build.
 std::string collective_backend(Device device);
 

@@ -1,4 +1,5 @@
 #include "tensor/tensor.h"
+#include "tensor/autograd/version_guard.h"
 
 #include "tensor/autograd/grad_mode.h"
 #include "tensor/autograd/node.h"
@@ -174,6 +175,13 @@ void Tensor::retain_grad() const {
 
 uint32_t Tensor::version() const { return impl_->version->load(); }
 void Tensor::bump_version() const { impl_->version->fetch_add(1); }
+UnsafePreserveVersionCounter::UnsafePreserveVersionCounter(std::vector<Tensor> tensors) : tensors_(std::move(tensors)) {
+  for (const Tensor& t : tensors_) versions_.push_back(t.version());
+}
+UnsafePreserveVersionCounter::~UnsafePreserveVersionCounter() {
+  for (size_t i = 0; i < tensors_.size(); ++i) tensors_[i].impl()->version->store(versions_[i]);
+}
+
 const std::string& Tensor::name() const { return impl_->name; }
 void Tensor::set_name(const std::string& n) const { impl_->name = n; }
 

@@ -28,25 +28,33 @@ RowRange local_rows(const DeviceMesh& mesh, const Shape& wshape, const Placement
   return {off[0], ls[0]};
 }
 
-/// Local ids shifted into the vocab slice (out-of-slice ids -> 0) and a 0/1 keep mask.
-void mask_ids(const Tensor& ids, RowRange r, int64_t num, const char* op, std::vector<int64_t>& shifted,
-              std::vector<double>& keep) {
-  shifted = ids.to_vector<int64_t>();
-  keep.assign(shifted.size(), 0.0);
-  for (size_t i = 0; i < shifted.size(); ++i) {
-    const int64_t id = shifted[i];
-    DTR_CHECK(id >= 0 && id < num, op, ": id ", id, " at local position ", i, " (ids shard of shape ", ids.sizes(),
-              ") is out of range for vocab size ", num);
-    const bool mine = id >= r.offset && id < r.offset + r.rows;
-    keep[i] = mine ? 1.0 : 0.0;
-    shifted[i] = mine ? id - r.offset : 0;
+/// Local ids shifted into the vocab slice (out-of-slice ids -> 0, int64) and a 0/1 mask of the
+/// ids this rank owns, as tensors on the ids' device (tensor ops only; one host read: the range
+/// check, as the embedding kernels' own check).
+struct MaskedIds {
+  Tensor local_ids, mine;  // mine: 0/1 in the ids' dtype, ids' shape
+};
+
+MaskedIds mask_ids(const Tensor& ids, RowRange r, int64_t num, const char* op) {
+  const Tensor bad = add(to_dtype(lt(ids, 0), DType::f64), to_dtype(gt(ids, static_cast<double>(num - 1)), DType::f64));
+  if (ids.numel() > 0 && sum(bad).item<double>() > 0) {
+    const std::vector<int64_t> v = ids.to(Device::cpu()).to(DType::i64).to_vector<int64_t>();
+    for (size_t i = 0; i < v.size(); ++i)
+      DTR_CHECK(v[i] >= 0 && v[i] < num, op, ": id ", v[i], " at local position ", i, " (ids shard of shape ",
+                ids.sizes(), ") is out of range for vocab size ", num);
   }
+  MaskedIds m;
+  m.mine = mul(to_dtype(gt(ids, static_cast<double>(r.offset - 1)), ids.dtype()),
+               to_dtype(lt(ids, static_cast<double>(r.offset + r.rows)), ids.dtype()));
+  m.local_ids = to_dtype(mul(sub(ids, full_like(ids, static_cast<double>(r.offset))), m.mine), DType::i64);
+  return m;
 }
 
-Tensor keep_mask(const std::vector<double>& keep, const Shape& ids_shape, const Tensor& like) {
-  Shape ms = ids_shape;
+/// The 0/1 mask [ids..., 1] in `like`'s dtype, to multiply embedding rows with.
+Tensor keep_mask(const MaskedIds& m, const Tensor& like) {
+  Shape ms = m.mine.sizes();
   ms.push_back(1);
-  return from_vector<double>(keep, ms, TensorOptions(like.dtype()).with_device(like.device()));
+  return to_dtype(m.mine, like.dtype()).view(ms);
 }
 
 ShardingDecision rule_embedding(const OpSchema& s) {
@@ -84,14 +92,11 @@ ShardingDecision rule_embedding(const OpSchema& s) {
       const RowRange r = local_rows(sc.mesh, wshape, wp);
       Shape os = ids_l.sizes();
       os.push_back(w_l.sizes()[1]);
-      std::vector<int64_t> shifted;
-      std::vector<double> keep;
-      mask_ids(ids_l, r, wshape[0], "embedding", shifted, keep);
+      const MaskedIds m = mask_ids(ids_l, r, wshape[0], "embedding");
       if (r.rows == 0) return std::vector<Tensor>{zeros(os, TensorOptions(w_l.dtype()).with_device(w_l.device()))};
       static const OpDef* emb = op_def("embedding");
-      Tensor local_ids = from_vector<int64_t>(shifted, ids_l.sizes(), TensorOptions(DType::i64).with_device(ids_l.device()));
-      Tensor rows = run_kernel(OpCall{emb, {local_ids, w_l}, {}}).at(0);
-      return std::vector<Tensor>{mul(rows, keep_mask(keep, ids_l.sizes(), rows))};
+      Tensor rows = run_kernel(OpCall{emb, {m.local_ids, w_l}, {}}).at(0);
+      return std::vector<Tensor>{mul(rows, keep_mask(m, rows))};
     };
   }
   return d;
@@ -134,14 +139,11 @@ ShardingDecision rule_embedding_backward(const OpSchema& s) {
     const Tensor& ids_l = in[1];
     if (!masked) return run_kernel(OpCall{bw, {g_l, ids_l}, {num}});
     const RowRange r = local_rows(sc.mesh, wshape, wp);
-    std::vector<int64_t> shifted;
-    std::vector<double> keep;
-    mask_ids(ids_l, r, num, "embedding_backward", shifted, keep);
-    Tensor local_ids = from_vector<int64_t>(shifted, ids_l.sizes(), TensorOptions(DType::i64).with_device(ids_l.device()));
+    const MaskedIds m = mask_ids(ids_l, r, num, "embedding_backward");
     const int64_t dim = g_l.sizes().back();
     if (r.rows == 0) return std::vector<Tensor>{zeros({0, dim}, TensorOptions(g_l.dtype()).with_device(g_l.device()))};
-    Tensor gm = mul(g_l, keep_mask(keep, ids_l.sizes(), g_l));
-    return run_kernel(OpCall{bw, {gm, local_ids}, {r.rows}});
+    Tensor gm = mul(g_l, keep_mask(m, g_l));
+    return run_kernel(OpCall{bw, {gm, m.local_ids}, {r.rows}});
   };
   return d;
 }

@@ -12,9 +12,7 @@
 // owning rank, times g / count; the gradient keeps the logits' placements.
 // Source: PyTorch torch.distributed.tensor.parallel.loss_parallel, Megatron
 // vocab_parallel_cross_entropy.
-#include <algorithm>
 #include <cmath>
-#include <limits>
 
 #include "dtensor/rules/nn_util.h"
 #include "tensor/ops.h"
@@ -45,77 +43,84 @@ CePlan plan(const OpSchema& s, size_t li) {
   return p;
 }
 
-/// Per local row: lse over the global class dim and (when `want_tlogit`) the target's logit.
-/// The O(N * C) work (row max, sum of exp) runs in the op kernels on the local logits
-/// (f32 for bf16/f16 inputs); only O(N) vectors are handled here and communicated (in f64).
+/// Per local row: lse over the global class dim and the target's logit (picked on the rank
+/// owning the class, 0 elsewhere). Everything is a tensor op on the local shards' device: the
+/// O(N * C) work (row max, sum of exp, the target pick) on the local logits (f32 for bf16/f16
+/// inputs), the O(N) statistics in f64 and communicated as tensors. One host read: the target
+/// range check (as the local cross_entropy kernels' check).
 struct RowStats {
-  Tensor x;               // local logits [n, c], contiguous, f32 or f64
-  std::vector<int64_t> tg;
-  std::vector<double> lse, tlogit;
-  int64_t n = 0, c = 0, c_off = 0, count = 0;  // count: local non-ignored rows
+  Tensor x;        // local logits [n, c], f32 or f64
+  Tensor ignored;  // [n] bool: target == ignore_index
+  Tensor valid;    // [n] f64: 1 for counted rows, 0 for ignored ones
+  Tensor target;   // [n, c] bool: the one-hot of the target on its owning rank (valid rows only)
+  Tensor lse;      // [n] f64
+  Tensor count;    // [1] f64: local non-ignored rows
+  Tensor tlogit;   // [n] f64: the target logit (summed over class shards)
+  int64_t n = 0, c = 0;
 };
 
-/// Element (i, j) of a contiguous f32 / f64 matrix with `c` columns.
-double at(const Tensor& x, int64_t i, int64_t j, int64_t c) {
-  return x.dtype() == DType::f64 ? static_cast<const double*>(x.data_ptr())[i * c + j]
-                                 : static_cast<double>(static_cast<const float*>(x.data_ptr())[i * c + j]);
+/// `t` when it has elements, else a [1] tensor of `fill` (collectives never get 0 elements).
+Tensor nonempty(const Tensor& t, double fill) {
+  return t.numel() > 0 ? t : full({1}, fill, TensorOptions(t.dtype()).with_device(t.device()));
 }
 
 RowStats row_stats(const Tensor& logits, const Tensor& targets, const OpSchema& s, size_t li, const CePlan& p,
-                   int64_t ignore, bool want_tlogit, const char* op) {
+                   int64_t ignore, const char* op) {
   RowStats r;
   const int64_t C = s.spec(li).shape[1];
-  r.x = contiguous(is_low_precision(logits.dtype()) ? to_dtype(logits, DType::f32) : logits);
+  const Device dev = logits.device();
+  r.x = is_low_precision(logits.dtype()) ? to_dtype(logits, DType::f32) : logits;
   r.n = r.x.sizes()[0];
   r.c = r.x.sizes()[1];
-  r.c_off = local_offset_of(s.mesh, s.spec(li).shape, p.logits)[1];
-  r.tg = targets.to_vector<int64_t>();
-  for (size_t i = 0; i < r.tg.size(); ++i) {
-    if (r.tg[i] == ignore) continue;
-    DTR_CHECK(r.tg[i] >= 0 && r.tg[i] < C, op, ": target ", r.tg[i], " at local row ", i, " is out of range [0, ", C,
-              ") (ignore_index=", ignore, ")");
-    ++r.count;
+  const int64_t c_off = local_offset_of(s.mesh, s.spec(li).shape, p.logits)[1];
+  const TensorOptions f64 = TensorOptions(DType::f64).with_device(dev);
+  r.ignored = eq(targets, full_like(targets, static_cast<double>(ignore)));
+  r.valid = rsub(to_dtype(r.ignored, DType::f64), 1.0);
+  const Tensor bad = mul(r.valid, add(to_dtype(lt(targets, 0), DType::f64), to_dtype(gt(targets, C - 1), DType::f64)));
+  if (r.n > 0 && sum(bad).item<double>() > 0) {
+    const std::vector<int64_t> tg = targets.to(Device::cpu()).to_vector<int64_t>();
+    for (size_t i = 0; i < tg.size(); ++i)
+      DTR_CHECK(tg[i] == ignore || (tg[i] >= 0 && tg[i] < C), op, ": target ", tg[i], " at local row ", i,
+                " is out of range [0, ", C, ") (ignore_index=", ignore, ")");
   }
-  const double ninf = -std::numeric_limits<double>::infinity();
-  const int64_t n1 = std::max<int64_t>(r.n, 1);  // collectives never get 0 elements
-  const TensorOptions f64(DType::f64);
-  // Row max over the global classes.
-  std::vector<double> mx(static_cast<size_t>(n1), ninf);
-  if (r.n > 0 && r.c > 0) {
-    const std::vector<double> lm = amax(r.x, {1}, false).to_vector<double>();
-    std::copy(lm.begin(), lm.end(), mx.begin());
-  }
+  r.count = sum(r.valid).view({1});
+  // Row max over the global classes (exact in the logits' dtype, then f64).
+  Tensor mx = r.c > 0 ? amax(r.x, {1}, false) : full({r.n}, -INFINITY, TensorOptions(r.x.dtype()).with_device(dev));
   if (!p.class_dims.empty()) {
-    Tensor t = from_vector<double>(mx, {n1}, f64);
+    Tensor t = nonempty(to_dtype(mx, DType::f64), -INFINITY);
     for (int m : p.class_dims) all_reduce_mesh_dim(s.mesh, m, t, ReduceOp::MAX);
-    mx = t.to_vector<double>();
+    mx = t.narrow(0, 0, r.n);
   }
-  // sums[i] = sum_j exp(x_ij - max_i); sums[n1 + i] = target logit (owning rank) or 0.
-  std::vector<double> sums(static_cast<size_t>(2 * n1), 0.0);
+  mx = to_dtype(mx, DType::f64);
+  // A row of -inf logits: shift by 0 (exp(-inf) = 0), its lse stays -inf.
+  const Tensor shift = masked_fill(mx, eq(mx, full_like(mx, -INFINITY)), 0.0);
+  // sum_j exp(x_ij - shift_i) and the target logit, [2n] f64, summed over class shards.
+  Tensor e = zeros({r.n}, f64), tlogit = zeros({r.n}, f64);
+  // Ignored rows get target -1, which no class index matches.
+  const Tensor counted = where(r.ignored, full_like(targets, -1.0), targets);
+  const Tensor cls = arange(static_cast<double>(c_off), static_cast<double>(c_off + r.c), 1.0,
+                            TensorOptions(targets.dtype()).with_device(dev));
+  r.target = eq(cls.view({1, r.c}).expand({r.n, r.c}), counted.view({r.n, 1}).expand({r.n, r.c}));
   if (r.n > 0 && r.c > 0) {
-    std::vector<double> shift(mx.begin(), mx.begin() + r.n);
-    for (double& v : shift)
-      if (v == ninf) v = 0;  // a row of -inf logits: exp(-inf) = 0, lse stays -inf below
-    const Tensor m = from_vector<double>(shift, {r.n, 1}, TensorOptions(r.x.dtype()));
-    const std::vector<double> e = sum(exp(sub(r.x, m)), {1}, false).to_vector<double>();
-    std::copy(e.begin(), e.end(), sums.begin());
-  }
-  for (int64_t i = 0; i < r.n; ++i) {
-    const int64_t k = r.tg[i] - r.c_off;
-    if (want_tlogit && r.tg[i] != ignore && k >= 0 && k < r.c) sums[n1 + i] = at(r.x, i, k, r.c);
+    e = to_dtype(sum(exp(sub(r.x, to_dtype(shift, r.x.dtype()).view({r.n, 1}))), {1}, false), DType::f64);
+    tlogit = to_dtype(sum(where(r.target, r.x, zeros({}, TensorOptions(r.x.dtype()).with_device(dev))), {1}, false),
+                      DType::f64);
   }
   if (!p.class_dims.empty()) {
-    Tensor t = from_vector<double>(sums, {2 * n1}, f64);
+    Tensor t = nonempty(cat({e, tlogit}, 0), 0.0);
     for (int m : p.class_dims) all_reduce_mesh_dim(s.mesh, m, t, ReduceOp::SUM);
-    sums = t.to_vector<double>();
+    e = t.narrow(0, 0, r.n);
+    tlogit = t.narrow(0, r.n, r.n);
   }
-  r.lse.resize(r.n);
-  r.tlogit.resize(r.n);
-  for (int64_t i = 0; i < r.n; ++i) {
-    r.lse[i] = mx[i] == ninf ? ninf : mx[i] + std::log(sums[i]);
-    r.tlogit[i] = sums[n1 + i];
-  }
+  r.lse = add(mx, log(e));
+  r.tlogit = tlogit;
   return r;
+}
+
+/// SUM over the row-sharded mesh dims of `t` (in place, returned).
+Tensor sum_over_rows(Tensor t, const OpSchema& sc, const CePlan& p) {
+  for (int m : p.row_dims) all_reduce_mesh_dim(sc.mesh, m, t, ReduceOp::SUM);
+  return t;
 }
 
 ShardingDecision rule_cross_entropy(const OpSchema& s) {
@@ -126,20 +131,15 @@ ShardingDecision rule_cross_entropy(const OpSchema& s) {
   d.output_shapes = {Shape{}};
   if (p.row_dims.empty() && p.class_dims.empty()) return d;
   d.local_fn = [p](const std::vector<Tensor>& in, const OpSchema& sc) {
-    const int64_t ignore = sc.call.i(0);
-    const RowStats r = row_stats(in[0], in[1], sc, 0, p, ignore, true, "cross_entropy");
-    double total = 0;
-    for (int64_t i = 0; i < r.n; ++i)
-      if (r.tg[i] != ignore) total += r.lse[i] - r.tlogit[i];
-    std::vector<double> tc{total, static_cast<double>(r.count)};
-    if (!p.row_dims.empty()) {
-      Tensor t = from_vector<double>(tc, {2}, TensorOptions(DType::f64));
-      for (int m : p.row_dims) all_reduce_mesh_dim(sc.mesh, m, t, ReduceOp::SUM);
-      tc = t.to_vector<double>();
-    }
-    const double loss = tc[1] == 0 ? 0.0 : tc[0] / tc[1];
-    return std::vector<Tensor>{
-        from_vector<double>({loss}, {}, TensorOptions(in[0].dtype()).with_device(in[0].device()))};
+    const RowStats r = row_stats(in[0], in[1], sc, 0, p, sc.call.i(0), "cross_entropy");
+    const Tensor zero = zeros({}, TensorOptions(DType::f64).with_device(r.lse.device()));
+    // (sum of lse - target logit over counted rows, count), summed over row shards.
+    const Tensor total = sum(where(r.ignored, zero, sub(r.lse, r.tlogit))).view({1});
+    const Tensor tc = sum_over_rows(cat({total, r.count}, 0), sc, p);
+    // count 0: total is 0 as well, so the loss is 0.
+    const Tensor cnt = tc.narrow(0, 1, 1);
+    const Tensor loss = div(tc.narrow(0, 0, 1), maximum(cnt, full_like(cnt, 1.0))).view({});
+    return std::vector<Tensor>{to_dtype(loss, in[0].dtype())};
   };
   return d;
 }
@@ -152,31 +152,17 @@ ShardingDecision rule_cross_entropy_backward(const OpSchema& s) {
   d.output_shapes = {s.spec(1).shape};
   if (p.row_dims.empty() && p.class_dims.empty()) return d;
   d.local_fn = [p](const std::vector<Tensor>& in, const OpSchema& sc) {
-    const int64_t ignore = sc.call.i(0);
-    const double g = in[0].item<double>();
-    const RowStats r = row_stats(in[1], in[2], sc, 1, p, ignore, false, "cross_entropy_backward");
-    double count = static_cast<double>(r.count);
-    if (!p.row_dims.empty()) {
-      Tensor t = from_vector<double>({count}, {1}, TensorOptions(DType::f64));
-      for (int m : p.row_dims) all_reduce_mesh_dim(sc.mesh, m, t, ReduceOp::SUM);
-      count = t.item<double>();
-    }
-    const double k = count == 0 ? 0.0 : g / count;
-    // dlogits = exp(x - lse) * k on non-ignored rows (0 elsewhere), minus k at the owned target.
-    std::vector<double> lse(r.lse), kcol(static_cast<size_t>(r.n), 0.0);
-    for (int64_t i = 0; i < r.n; ++i) {
-      if (r.tg[i] != ignore) kcol[i] = k;
-      else lse[i] = 0;
-    }
-    const TensorOptions xo(r.x.dtype());
-    Tensor out = contiguous(
-        mul(exp(sub(r.x, from_vector<double>(lse, {r.n, 1}, xo))), from_vector<double>(kcol, {r.n, 1}, xo)));
-    for (int64_t i = 0; i < r.n; ++i) {
-      const int64_t t = r.tg[i] - r.c_off;
-      if (r.tg[i] == ignore || t < 0 || t >= r.c) continue;
-      if (out.dtype() == DType::f64) static_cast<double*>(out.data_ptr())[i * r.c + t] -= k;
-      else static_cast<float*>(out.data_ptr())[i * r.c + t] -= static_cast<float>(k);
-    }
+    const RowStats r = row_stats(in[1], in[2], sc, 1, p, sc.call.i(0), "cross_entropy_backward");
+    const Tensor count = sum_over_rows(r.count, sc, p);
+    // k = g / count (count 0: every row is ignored and every k below is multiplied by 0).
+    const Tensor k = div(to_dtype(in[0], DType::f64).view({1}), maximum(count, full_like(count, 1.0)));
+    // dlogits = exp(x - lse) * k on counted rows (0 on ignored ones), minus k at the owned target.
+    const DType xd = r.x.dtype();
+    const Tensor zero = zeros({}, TensorOptions(DType::f64).with_device(r.lse.device()));
+    const Tensor lse = to_dtype(where(r.ignored, zero, r.lse), xd).view({r.n, 1});
+    const Tensor kcol = to_dtype(mul(r.valid, k), xd).view({r.n, 1});
+    const Tensor kx = to_dtype(k, xd).view({1, 1});
+    const Tensor out = sub(mul(exp(sub(r.x, lse)), kcol), mul(to_dtype(r.target, xd), kx));
     return std::vector<Tensor>{to_dtype(out, in[1].dtype())};
   };
   return d;

@@ -3,17 +3,16 @@
 
 #include <atomic>
 #include <chrono>
-#include <cstring>
 
 #include "dtensor/api.h"
 #include "parallel/fsdp/fully_shard.h"
 #include "tensor/autograd/grad_mode.h"
+#include "tensor/autograd/version_guard.h"
+#include "tensor/ops/collective_copy.h"
 #include "tensor/ops.h"
 
 namespace dtr {
 namespace {
-
-char* bytes_of(const Tensor& t) { return static_cast<char*>(t.data_ptr()); }
 
 /// An unsharded gradient as a plain tensor of p.shape: under FSDP + TP the TP-local gradient,
 /// brought to the parameter's TP placements first. Callers cast to reduce_dtype before, so a
@@ -64,9 +63,14 @@ FSDPParamGroup::FSDPParamGroup(nn::Module& module, std::vector<std::pair<std::ve
   const int64_t coord = mesh.coordinate(shard_dim);
 
   storage_dtype_ = params.empty() ? DType::f32 : params[0].second.dtype();
-  for (const auto& [names, t] : params)
+  device_ = mesh.device();
+  for (const auto& [names, t] : params) {
     DTR_CHECK(t.dtype() == storage_dtype_, "fully_shard(", label_, "): parameters of one unit must share a dtype: \"",
               params[0].first[0], "\" is ", storage_dtype_, " but \"", names[0], "\" is ", t.dtype());
+    const Device d = t.is_distributed() ? local_tensor(t).device() : t.device();
+    DTR_CHECK(d == device_, "fully_shard(", label_, "): parameter \"", names[0], "\" is on ", d, " but the mesh ",
+              mesh.str(), " is on ", device_, " (move the module to the mesh's device first)");
+  }
   param_dtype_ = opt.mp_policy.param_dtype.value_or(storage_dtype_);
   reduce_dtype_ = opt.mp_policy.reduce_dtype.value_or(param_dtype_);
 
@@ -102,7 +106,7 @@ FSDPParamGroup::FSDPParamGroup(nn::Module& module, std::vector<std::pair<std::ve
   // The flat buffer holds every parameter's shard padded to chunk_rows (padding stays zero), so
   // the all-gather reads it as is.
   NoGradGuard no_grad;
-  flat_shard_ = zeros({shard_numel_}, TensorOptions(storage_dtype_));
+  flat_shard_ = zeros({shard_numel_}, TensorOptions(storage_dtype_).with_device(device_));
   for (size_t i = 0; i < params_.size(); ++i) {
     FSDPParam& p = params_[i];
     const Tensor& src = params[i].second;
@@ -116,8 +120,10 @@ FSDPParamGroup::FSDPParamGroup(nn::Module& module, std::vector<std::pair<std::ve
     p.sharded.set_name(p.fqns[0]);
     // The unsharded parameter: a persistent leaf whose storage is allocated only while gathered
     // (under FSDP + TP a DTensor with the TP spec over that storage).
-    Tensor buf = empty(p.shape, TensorOptions(param_dtype_));
-    buf.storage()->resize_(0);
+    // Padded to shard size x chunk_rows rows, so the copy-out writes every rank's chunk at once.
+    p.padded = empty({shard_size_ * p.padded_numel()}, TensorOptions(param_dtype_).with_device(device_));
+    Tensor buf = p.padded.narrow(0, 0, p.rows * p.row_numel).view(p.shape);
+    p.padded.storage()->resize_(0);
     p.unsharded = p.tp_spec ? make_dtensor(buf, *p.tp_spec) : buf;
     // A replicated TP parameter used on sharded activations (sequence parallelism) gets a
     // Partial gradient: keep it, so that its tp reduction runs in reduce_dtype (reduce_grads_async).
@@ -189,7 +195,7 @@ void FSDPParamGroup::unshard_async() {
   NoGradGuard no_grad;
   // Copy-in only when a cast is needed: otherwise the flat shard buffer is the input.
   gather_in_ = param_dtype_ == storage_dtype_ ? flat_shard_ : flat_shard_.to(param_dtype_);
-  gather_out_ = empty({shard_size_ * shard_numel_}, TensorOptions(param_dtype_));
+  gather_out_ = empty({shard_size_ * shard_numel_}, TensorOptions(param_dtype_).with_device(device_));
   gather_work_ = shard_pg_->all_gather(gather_out_, gather_in_);
 }
 
@@ -201,22 +207,21 @@ void FSDPParamGroup::wait_unshard() {
   if (!gather_work_) unshard_async();
   timed_wait(gather_work_);
   gather_work_.reset();
-  // Copy-out: rank r's segment holds rows [r * chunk_rows, ...) of every parameter. Raw copies
-  // into the persistent storage, so the parameter's version counter does not move (autograd
-  // may hold it from the forward when it was resharded in between).
-  const size_t isz = itemsize(param_dtype_);
-  const char* src = bytes_of(gather_out_);
+  // Copy-out: rank r's segment holds rows [r * chunk_rows, ...) of every parameter, so viewed as
+  // [shard size, shard_numel] its column blocks are the parameters' padded buffers (FSDP2's
+  // split_with_sizes_copy). Their version counters are kept: autograd may hold the parameter
+  // from the forward when it was resharded in between, and the values are the ones it saw.
+  NoGradGuard no_grad;
+  std::vector<Tensor> outs;
+  Shape sizes;
   for (FSDPParam& p : params_) {
-    const size_t nbytes = static_cast<size_t>(p.rows * p.row_numel) * isz;
-    const Tensor& u = p.unsharded_local();
-    u.storage()->resize_(nbytes);
-    char* dst = bytes_of(u);
-    for (int64_t r = 0; r < shard_size_; ++r) {
-      const int64_t n = p.rows_of(r) * p.row_numel;
-      if (n == 0) continue;
-      std::memcpy(dst + static_cast<size_t>(r * p.chunk_rows * p.row_numel) * isz,
-                  src + static_cast<size_t>(r * shard_numel_ + p.shard_offset) * isz, static_cast<size_t>(n) * isz);
-    }
+    p.padded.storage()->resize_(static_cast<size_t>(p.padded.numel()) * itemsize(param_dtype_));
+    outs.push_back(p.padded.view({shard_size_, p.padded_numel()}));
+    sizes.push_back(p.padded_numel());
+  }
+  {
+    UnsafePreserveVersionCounter keep(outs);
+    split_with_sizes_copy(gather_out_.view({shard_size_, shard_numel_}), sizes, 1, outs);
   }
   gather_in_ = Tensor();
   gather_out_ = Tensor();
@@ -234,7 +239,7 @@ void FSDPParamGroup::drop_gather() {
 
 void FSDPParamGroup::reshard() {
   if (!unsharded_) return;
-  for (FSDPParam& p : params_) p.unsharded_local().storage()->resize_(0);
+  for (FSDPParam& p : params_) p.padded.storage()->resize_(0);
   unsharded_ = false;
   register_tensors(false);
 }
@@ -243,9 +248,9 @@ void FSDPParamGroup::reduce_grads_async() {
   if (num_trainable_ == 0) return;
   DTR_CHECK(!reduce_pending(), "fully_shard(", label_, "): a gradient reduction is still pending");
   NoGradGuard no_grad;
-  const size_t isz = itemsize(reduce_dtype_);
-  rs_in_ = zeros({shard_size_ * grad_numel_}, TensorOptions(reduce_dtype_));
-  char* dst = bytes_of(rs_in_);
+  // Copy-in: every trainable gradient split into shard-size chunks of chunk_rows rows (zero
+  // padded) and rank r's chunks laid side by side (FSDP2's chunk_cat).
+  std::vector<Tensor> grads;
   for (FSDPParam& p : params_) {
     if (!p.trainable) continue;
     Tensor g = p.unsharded.grad();
@@ -253,17 +258,11 @@ void FSDPParamGroup::reduce_grads_async() {
     if (p.acc_grad.defined()) g = g.defined() ? add(p.acc_grad, g) : p.acc_grad;
     p.unsharded.set_grad(Tensor());
     p.acc_grad = Tensor();
-    if (!g.defined()) continue;  // unused parameter: zeros
-    g = tp_local_grad(p, g).contiguous();
-    const char* src = bytes_of(g);
-    for (int64_t r = 0; r < shard_size_; ++r) {
-      const int64_t n = p.rows_of(r) * p.row_numel;
-      if (n == 0) continue;
-      std::memcpy(dst + static_cast<size_t>(r * grad_numel_ + p.grad_offset) * isz,
-                  src + static_cast<size_t>(r * p.chunk_rows * p.row_numel) * isz, static_cast<size_t>(n) * isz);
-    }
+    // An unused parameter reduces zeros.
+    grads.push_back(g.defined() ? tp_local_grad(p, g) : zeros(p.shape, TensorOptions(reduce_dtype_).with_device(device_)));
   }
-  rs_out_ = empty({grad_numel_}, TensorOptions(reduce_dtype_));
+  rs_in_ = chunk_cat(grads, shard_size_).view({-1});
+  rs_out_ = empty({grad_numel_}, TensorOptions(reduce_dtype_).with_device(device_));
   rs_work_ = shard_pg_->reduce_scatter(rs_out_, rs_in_, ReduceOp::SUM);
 }
 

@@ -5,6 +5,9 @@
 // FSDP + TP: a parameter that is a tensor-parallel DTensor is sharded along dim 0 of its TP-local
 // tensor; the all-gather rebuilds that TP-local tensor (the unsharded parameter is the TP DTensor
 // again) and the reduce-scatter runs on the TP-local gradient, over the dp dims only.
+// Every buffer lives on the mesh's device and is moved by tensor ops only (chunk_cat for the
+// reduce-scatter copy-in, split_with_sizes_copy for the all-gather copy-out, narrow / copy_ /
+// casts), so the same code runs on CPU (MPI) and CUDA (NCCL, or MPI staging) tensors.
 // Source: torch/distributed/fsdp/_fully_shard/_fsdp_param_group.py and _fsdp_collectives.py.
 #include <functional>
 #include <memory>
@@ -36,6 +39,8 @@ struct FSDPParam {
   std::optional<DTensorSpec> tp_spec;  // FSDP + TP: the parameter's TP spec (1-d tp mesh), else none
   Tensor sharded;                 // the DTensor parameter (leaf) the optimizer steps
   Tensor unsharded;               // leaf in param_dtype (a TP DTensor under FSDP + TP); storage freed when resharded
+  Tensor padded;                  // [shard size * padded_numel()] all-gather copy-out target: its first
+                                  // rows * row_numel elements are unsharded_local() (same storage)
   Tensor acc_grad;                // unsynced accumulation in reduce_dtype (when != param_dtype); like
                                   // unsharded.grad(), a TP DTensor under FSDP + TP (Partial kept)
   int64_t padded_numel() const { return chunk_rows * row_numel; }
@@ -124,6 +129,7 @@ class FSDPParamGroup {
   std::string label_;
   std::vector<FSDPParam> params_;
   DType storage_dtype_ = DType::f32, param_dtype_ = DType::f32, reduce_dtype_ = DType::f32;
+  Device device_;  // the mesh's device: every parameter and buffer of the unit lives there
   int64_t shard_numel_ = 0, grad_numel_ = 0;
   int num_trainable_ = 0;
   Tensor flat_shard_;  // [shard_numel_] in the storage dtype; params' local shards are views

@@ -31,10 +31,13 @@ Tensor random_fill(const Shape& shape, const TensorOptions& opt, F f) {
 
 }  // namespace
 
+/// Filled on its own device (the fill_ kernel of that device: no host buffer, no copy).
 Tensor full(const Shape& shape, double value, TensorOptions opt) {
-  Tensor t = empty(shape, TensorOptions(opt.dtype));
-  cpu::fill_strided(t, value);
-  return finish(t, opt);
+  Tensor t = empty(shape, TensorOptions(opt.dtype).with_device(opt.device));
+  static const OpDef* fill = op_def("fill_");
+  dispatch(OpCall{fill, {t}, {value}});
+  if (opt.requires_grad) t.set_requires_grad(true);
+  return t;
 }
 Tensor zeros(const Shape& shape, TensorOptions opt) { return full(shape, 0.0, opt); }
 Tensor ones(const Shape& shape, TensorOptions opt) { return full(shape, 1.0, opt); }
@@ -42,11 +45,27 @@ Tensor ones(const Shape& shape, TensorOptions opt) { return full(shape, 1.0, opt
 Tensor arange(double start, double end, double step, TensorOptions opt) {
   DTR_CHECK(step != 0, "arange: step must be non-zero");
   const int64_t n = std::max<int64_t>(0, static_cast<int64_t>(std::ceil((end - start) / step)));
-  Tensor t = empty({n}, TensorOptions(DType::f64));
-  double* p = t.data<double>();
-  for (int64_t i = 0; i < n; ++i) p[i] = start + static_cast<double>(i) * step;
-  return finish(t.to(opt.dtype), opt);
+  // Written on its own device by the "arange" kernel of that device (CPU or CUDA).
+  Tensor t = empty({n}, TensorOptions(opt.dtype).with_device(opt.device));
+  static const OpDef* op = op_def("arange");
+  dispatch(OpCall{op, {t}, {start, step}});
+  if (opt.requires_grad) t.set_requires_grad(true);
+  return t;
 }
+
+namespace {
+/// arange kernel: out[i] = start + i * step, computed in f64 and converted to out's dtype.
+std::vector<Tensor> k_arange(const OpCall& c) {
+  Tensor out = c.inputs[0];
+  const int64_t n = out.numel();
+  Tensor v = empty({n}, TensorOptions(DType::f64));
+  double* p = v.data<double>();
+  for (int64_t i = 0; i < n; ++i) p[i] = c.f(0) + static_cast<double>(i) * c.f(1);
+  cpu::copy_strided(out, v);
+  return {out};
+}
+DTR_REGISTER_KERNEL_EXACT("arange", DeviceType::CPU, k_arange);
+}  // namespace
 
 namespace {
 /// full_like kernel: a constant tensor of the input's (local) shape, dtype and device.
