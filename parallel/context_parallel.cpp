@@ -111,4 +111,15 @@ Tensor context_parallel_attention(const Tensor& q, const Tensor& k, const Tensor
   return cat(outs, 2);
 }
 
+int apply_context_parallel(nn::Module& model, const DeviceMesh& cp_mesh) {
+  DTR_CHECK(cp_mesh.ndim() == 1, "apply_context_parallel: expected a 1-d cp mesh, got ", cp_mesh.str());
+  int n = 0;
+  for (auto& [fqn, m] : model.named_modules())
+    if (auto* a = dynamic_cast<ContextParallelModule*>(m.get())) {
+      a->set_context_parallel(cp_mesh.group(0));
+      ++n;
+    }
+  return n;
+}
+
 }  // namespace dtr

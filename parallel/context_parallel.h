@@ -19,7 +19,8 @@
 #include <optional>
 #include <vector>
 
-#include "runtime/process_group.h"
+#include "runtime/device_mesh.h"
+#include "tensor/nn/module.h"
 #include "tensor/tensor.h"
 
 namespace dtr {
@@ -56,5 +57,19 @@ Tensor all_gather_along(const Tensor& x, int64_t dim, const std::shared_ptr<Proc
 Tensor context_parallel_attention(const Tensor& q, const Tensor& k, const Tensor& v,
                                   const std::shared_ptr<ProcessGroup>& pg, bool is_causal = true,
                                   std::optional<double> scale = std::nullopt, int64_t window = 0);
+
+/// A module whose forward runs attention over context-parallel slices once it is given the cp
+/// group (models' attention layers implement it; parallel/ never includes models/).
+class ContextParallelModule {
+ public:
+  virtual ~ContextParallelModule() = default;
+  /// The cp group (null or size 1: whole sequences, the default). Inputs of later forwards are
+  /// this rank's load-balanced slices (context_parallel_shard along the sequence dim).
+  virtual void set_context_parallel(std::shared_ptr<ProcessGroup> cp_group) = 0;
+};
+
+/// Gives every ContextParallelModule under `model` the group of the 1-d `cp_mesh`; returns how
+/// many there are. Errors: cp_mesh not 1-d.
+int apply_context_parallel(nn::Module& model, const DeviceMesh& cp_mesh);
 
 }  // namespace dtr

@@ -170,7 +170,10 @@ void MeshContext::validate(const std::string& where) const {
   DTR_CHECK(dp_size % dp_replicate_size == 0, where, ".dp_replicate_size=", dp_replicate_size,
             " does not divide dp_size=", dp_size);
   DTR_CHECK(pp_size == 1, where, ".pp_size=", pp_size, ": pipeline parallelism is not built in dtr yet (use 1)");
-  DTR_CHECK(cp_size == 1, where, ".cp_size=", cp_size, ": context parallelism is not built in dtr yet (use 1)");
+  DTR_CHECK(!(strategy == "ddp" && cp_size > 1), where, ".strategy=ddp does not support cp_size=", cp_size,
+            " (context parallelism shards FSDP over dp_shard_cp: use fsdp2)");
+  DTR_CHECK(!(ep_size > 1 && cp_size > 1), where, ".ep_size=", ep_size, " with cp_size=", cp_size,
+            ": expert parallelism with context parallelism is not built in dtr");
   // Expert parallelism carves ep out of the data-parallel shard ranks (Automodel's MoE mesh):
   // dp_shard_cp = ep_shard x ep, ep fastest.
   DTR_CHECK(ep_size == 1 || (dp_size / dp_replicate_size * cp_size) % ep_size == 0, where, ".ep_size=", ep_size,
@@ -198,6 +201,7 @@ void MeshContext::build_mesh() {
                                       std::vector<std::string>{"pp", "dp_replicate", "dp_shard", "cp", "tp"});
   mesh->flatten({"dp_replicate", "dp_shard"}, "dp");
   mesh->flatten({"dp_shard", "cp"}, "dp_shard_cp");
+  mesh->flatten({"dp_replicate", "dp_shard", "cp"}, "dp_cp");
   if (ep_size > 1)  // cp is 1 (validate), so dp_shard_cp = dp_shard = ep_shard x ep in the same rank order
     moe_mesh = std::make_shared<DeviceMesh>(
         Shape{pp_size, dp_replicate_size, dp_shard_size * cp_size / ep_size, ep_size, tp_size},
@@ -220,6 +224,16 @@ DeviceMesh MeshContext::tp_mesh() const {
   return (*mesh)["tp"];
 }
 
+DeviceMesh MeshContext::cp_mesh() const {
+  DTR_CHECK(mesh != nullptr, "MeshContext: build_mesh() was not called");
+  return (*mesh)["cp"];
+}
+
+DeviceMesh MeshContext::dp_cp_mesh() const {
+  DTR_CHECK(mesh != nullptr, "MeshContext: build_mesh() was not called");
+  return (*mesh)["dp_cp"];
+}
+
 DeviceMesh MeshContext::dp_mesh() const {
   DTR_CHECK(mesh != nullptr, "MeshContext: build_mesh() was not called");
   return (*mesh)["dp"];
@@ -227,13 +241,13 @@ DeviceMesh MeshContext::dp_mesh() const {
 
 DeviceMesh MeshContext::fsdp_mesh() const {
   DTR_CHECK(mesh != nullptr, "MeshContext: build_mesh() was not called");
-  if (dp_replicate_size > 1) return (*mesh)[std::vector<std::string>{"dp_replicate", "dp_shard"}];
+  if (dp_replicate_size > 1) return (*mesh)[std::vector<std::string>{"dp_replicate", "dp_shard_cp"}];
   return (*mesh)["dp_shard_cp"];
 }
 
 DeviceMesh MeshContext::fsdp_tp_mesh() const {
   DTR_CHECK(mesh != nullptr, "MeshContext: build_mesh() was not called");
-  if (dp_replicate_size > 1) return (*mesh)[std::vector<std::string>{"dp_replicate", "dp_shard", "tp"}];
+  if (dp_replicate_size > 1) return (*mesh)[std::vector<std::string>{"dp_replicate", "dp_shard_cp", "tp"}];
   return (*mesh)[std::vector<std::string>{"dp_shard_cp", "tp"}];
 }
 
@@ -246,6 +260,7 @@ std::string MeshContext::str() const {
   std::ostringstream os;
   os << "strategy=" << strategy << " world=" << world_size << " dp=" << dp_size << " (replicate " << dp_replicate_size
      << " x shard " << dp_size / dp_replicate_size << ") tp=" << tp_size;
+  if (cp_size > 1) os << " cp=" << cp_size;
   if (ep_size > 1) os << " ep=" << ep_size << " (ep_shard " << dp_size / dp_replicate_size * cp_size / ep_size << ")";
   os << " sequence_parallel="
      << (sequence_parallel ? "true" : "false") << " activation_checkpointing=" << activation_checkpointing;

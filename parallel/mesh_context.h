@@ -58,8 +58,8 @@ struct MeshContext {
   /// Parses and validates `distributed` (a YAML map; `where` names it in errors, e.g.
   /// "configs/x.yaml: distributed"). Errors (dtr::Error, one line naming the key and the
   /// numbers): unknown key, wrong type, sizes < 1, world % (tp*cp*pp) != 0, dp*tp*cp*pp !=
-  /// world, dp % dp_replicate != 0, pp/cp > 1 (not built yet), dp_shard_cp % ep != 0, ep > 1 with ddp or
-  /// sequence_parallel, unknown strategy, ddp with
+  /// world, dp % dp_replicate != 0, pp > 1 (not built yet), dp_shard_cp % ep != 0, ep > 1 with ddp,
+  /// sequence_parallel or cp > 1, cp > 1 with ddp, unknown strategy, ddp with
   /// tp > 1 or dp_replicate > 1. Does not create process groups.
   static MeshContext from_yaml(const YAML::Node& distributed, int64_t world_size, const std::string& where);
   /// The same validation for a context filled in code.
@@ -69,16 +69,21 @@ struct MeshContext {
 
   /// 1-d TP mesh (size tp_size).
   DeviceMesh tp_mesh() const;
-  /// The data-parallel mesh FSDP shards over: 1-d "dp_shard_cp" ... here "dp" flattened, or
-  /// 2-d (dp_replicate, dp_shard) for HSDP.
+  /// The mesh FSDP shards over: 1-d "dp_shard_cp" (dp_shard x cp: context-parallel ranks hold
+  /// other tokens, so their gradients are averaged too), or 2-d (dp_replicate, dp_shard_cp) for HSDP.
   DeviceMesh fsdp_mesh() const;
   /// FSDP + TP: the data-parallel mesh with tp appended: (dp_shard_cp, tp), or (dp_replicate,
-  /// dp_shard, tp) for HSDP. The "tp" dim is the mesh of the TP DTensors (tp_mesh()).
+  /// dp_shard_cp, tp) for HSDP. The "tp" dim is the mesh of the TP DTensors (tp_mesh()).
   DeviceMesh fsdp_tp_mesh() const;
   /// Expert parallelism (ep_size > 1): the 1-d "ep" mesh the experts are sharded over, and the
   /// mesh their FSDP runs on: (ep_shard, ep), or (dp_replicate, ep_shard, ep) with HSDP.
   DeviceMesh ep_mesh() const;
   DeviceMesh expert_fsdp_mesh() const;
+  /// 1-d context-parallel mesh (size cp_size): the ranks that hold slices of the same sequences.
+  DeviceMesh cp_mesh() const;
+  /// 1-d flattened (dp_replicate, dp_shard, cp) mesh: every rank that holds other tokens of the
+  /// global batch (the loss and label-token sums run over it).
+  DeviceMesh dp_cp_mesh() const;
   /// 1-d flattened dp mesh (all data-parallel ranks).
   DeviceMesh dp_mesh() const;
   /// This rank's index among the data-parallel ranks, and their number.

@@ -3,6 +3,7 @@
 #include <map>
 
 #include "parallel/activation_checkpoint.h"
+#include "parallel/context_parallel.h"
 #include "parallel/ddp.h"
 #include "parallel/expert_parallel.h"
 #include "dtensor/spec.h"
@@ -18,7 +19,9 @@ std::map<std::string, ParallelizerFactory>& registry() {
   return r;
 }
 
-bool is_unsharded(const MeshContext& ctx) { return ctx.world_size == 1 || (ctx.dp_size == 1 && ctx.tp_size == 1); }
+bool is_unsharded(const MeshContext& ctx) {
+  return ctx.world_size == 1 || (ctx.dp_size == 1 && ctx.tp_size == 1 && ctx.cp_size == 1);
+}
 
 }  // namespace
 
@@ -105,14 +108,20 @@ void parallelize_model(nn::Module& model, const MeshContext& ctx) {
     DTR_CHECK(apply_expert_parallel(model, ctx.ep_mesh()) > 0, "parallelize_model: distributed.ep_size=", ctx.ep_size,
               " but the ", model.type_name(), " model has no MoE block");
   }
+  // Context parallelism: attention layers run on sequence slices with K/V gathered over cp.
+  if (ctx.cp_size > 1) {
+    DTR_CHECK(apply_context_parallel(model, ctx.cp_mesh()) > 0, "parallelize_model: distributed.cp_size=", ctx.cp_size,
+              " but the ", model.type_name(), " model has no context-parallel attention");
+  }
   apply_ac();
-  if (ctx.dp_size == 1 && !mp) return;
+  // FSDP over dp_shard_cp: cp ranks hold other tokens, so their gradients are averaged too.
+  if (ctx.dp_size * ctx.cp_size == 1 && !mp) return;
   FSDPOptions opt;
   opt.mp_policy = ctx.mp_policy;
   opt.offload_policy = ctx.offload_policy;
   opt.forward_prefetch_depth = ctx.enable_fsdp2_prefetch ? ctx.fsdp2_forward_prefetch_depth : 0;
   opt.backward_prefetch_depth = ctx.enable_fsdp2_prefetch ? ctx.fsdp2_backward_prefetch_depth : 0;
-  // dp x tp: FSDP + TP on the (dp_shard, tp) mesh ((dp_replicate, dp_shard, tp) with HSDP).
+  // dp x tp: FSDP + TP on the (dp_shard_cp, tp) mesh ((dp_replicate, dp_shard_cp, tp) with HSDP).
   const DeviceMesh mesh = ctx.tp_size > 1 ? ctx.fsdp_tp_mesh() : ctx.fsdp_mesh();
   for (size_t i = 0; i < layer_list.size(); ++i) {
     FSDPOptions o = opt;

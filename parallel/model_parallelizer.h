@@ -63,8 +63,12 @@ ParallelizePlan recipe_tp_plan(nn::Module& model, const MeshContext& ctx);
 ///    then AC, then per layer its experts get their own unit on ctx.expert_fsdp_mesh()
 ///    ((ep_shard, ep); gradients divided by the whole dp size) before the layer's unit on the
 ///    dp mesh takes the rest. Errors: no MoE block in the model, num_experts % ep_size != 0.
+///  - fsdp2 with cp_size > 1 (context parallelism): after TP (and EP), apply_context_parallel on
+///    ctx.cp_mesh() (the model's attention layers then take load-balanced sequence slices), and
+///    fully_shard runs over dp_shard_cp (HSDP: (dp_replicate, dp_shard_cp)), also with dp 1.
+///    Errors: no ContextParallelModule in the model.
 ///  - fsdp2 with dp > 1 and tp > 1: TP, then FSDP + TP: the same fully_shard units on the
-///    (dp_shard, tp) mesh (ctx.fsdp_tp_mesh(); HSDP: (dp_replicate, dp_shard, tp)), the TP
+///    (dp_shard_cp, tp) mesh (ctx.fsdp_tp_mesh(); HSDP: (dp_replicate, dp_shard_cp, tp)), the TP
 ///    DTensors sharded over dp (StridedShard(0, tp) when TP splits dim 0).
 /// Errors: whatever validate_tp_mesh / tp_plan / check_tp_plan raise; a ctx.tp_plan pattern that
 /// matches no module.

@@ -44,7 +44,15 @@ Attention::Attention(const ModelConfig& c, int64_t layer_idx, DType dt, bool ini
 std::pair<Tensor, Tensor> Attention::rope(int64_t T, DType dt) {
   if (T != rope_T_ || dt != rope_dt_ || !rope_cos_.defined()) {
     NoGradGuard ng;
-    std::tie(rope_cos_, rope_sin_) = rope_tables(T, head_dim, rope_theta, 0, dt);
+    if (cp_) {  // the slice's two chunks: global positions [r c, (r + 1) c), [(2P - 1 - r) c, (2P - r) c)
+      const std::vector<int64_t> pos = context_parallel_positions(T, cp_->size(), cp_->rank());
+      auto [c0, s0] = rope_tables(T / 2, head_dim, rope_theta, pos.front(), dt);
+      auto [c1, s1] = rope_tables(T / 2, head_dim, rope_theta, pos[T / 2], dt);
+      rope_cos_ = cat({c0, c1}, 0);
+      rope_sin_ = cat({s0, s1}, 0);
+    } else {
+      std::tie(rope_cos_, rope_sin_) = rope_tables(T, head_dim, rope_theta, 0, dt);
+    }
     rope_T_ = T;
     rope_dt_ = dt;
   }
@@ -68,6 +76,7 @@ Tensor Attention::forward(const Tensor& x) {
   DTR_CHECK(q.size(1) % k.size(1) == 0, type_name(), ": query heads ", q.size(1), " not a multiple of kv heads ",
             k.size(1));
   Tensor cos, sin;
+  DTR_CHECK(!(use_cache_ && cp_), type_name(), ": the KV cache (generation) does not run under context parallelism");
   if (use_cache_) {
     const int64_t past = cache_length();
     NoGradGuard ng;
@@ -87,7 +96,9 @@ Tensor Attention::forward(const Tensor& x) {
     v_cache_ = v.contiguous();
   }
   // [B, Hq, T, D], causal aligned bottom-right; the window (if any) counts from each query back.
-  Tensor o = scaled_dot_product_attention(q, k, v, /*is_causal=*/true, scale, window);
+  // Context parallelism: the same over the whole sequences of the cp group (global positions).
+  Tensor o = cp_ ? context_parallel_attention(q, k, v, cp_, /*is_causal=*/true, scale, window)
+                 : scaled_dot_product_attention(q, k, v, /*is_causal=*/true, scale, window);
   o = reshape(transpose(o, 1, 2), {B, T, -1});
   return call_child(*this, "o_proj", o);
 }
@@ -96,6 +107,11 @@ void Attention::enable_kv_cache(bool on) {
   use_cache_ = on;
   k_cache_ = Tensor();
   v_cache_ = Tensor();
+}
+
+void Attention::set_context_parallel(std::shared_ptr<ProcessGroup> cp_group) {
+  cp_ = cp_group && cp_group->size() > 1 ? std::move(cp_group) : nullptr;
+  rope_cos_ = rope_sin_ = Tensor();  // positions change
 }
 
 void enable_kv_cache(nn::Module& model, bool on) {

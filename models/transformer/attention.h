@@ -13,6 +13,7 @@
 #include <utility>
 
 #include "models/formats/hf_config.h"
+#include "parallel/context_parallel.h"
 #include "tensor/nn/module.h"
 
 namespace dtr {
@@ -21,7 +22,10 @@ namespace dtr {
 /// derived from the projections' output sizes (rows / head_dim), so tensor parallelism can shard
 /// heads by sharding the projections (or hand each rank the kv head it shares, see
 /// models/transformer/parallelizer.h); num_heads / num_kv_heads are the model's counts.
-class Attention : public nn::Module {
+/// Context parallelism (set_context_parallel, from parallelize_model): x holds this rank's
+/// load-balanced slice of each sequence; RoPE takes the slice's global positions and attention runs
+/// over the K/V of the whole cp group (context_parallel_attention).
+class Attention : public nn::Module, public ContextParallelModule {
  public:
   /// Layer `layer_idx` of config `c` (its layer type picks the window and RoPE base).
   /// init: nn::Linear's default init; false: zeros (CausalLM draws its own init).
@@ -41,11 +45,13 @@ class Attention : public nn::Module {
   /// that follow the cached ones (RoPE positions continue from the cache length) and appends
   /// their keys / values; attention is causal, aligned bottom-right. Disabled by default.
   void enable_kv_cache(bool on);
+  void set_context_parallel(std::shared_ptr<ProcessGroup> cp_group) override;
   /// Cached positions (0 when disabled or reset).
   int64_t cache_length() const { return k_cache_.defined() ? k_cache_.size(2) : 0; }
 
  private:
-  /// cos/sin [T, head_dim] for positions 0..T-1, cached for the last (T, dtype).
+  /// cos/sin [T, head_dim] for positions 0..T-1 (under context parallelism the T global
+  /// positions of this rank's slice), cached for the last (T, dtype).
   std::pair<Tensor, Tensor> rope(int64_t T, DType dt);
   std::string prefix_;
   int64_t rope_T_ = -1;
@@ -53,6 +59,7 @@ class Attention : public nn::Module {
   Tensor rope_cos_, rope_sin_;
   bool use_cache_ = false;
   Tensor k_cache_, v_cache_;  // [B, Hkv, S, D]
+  std::shared_ptr<ProcessGroup> cp_;  // context parallelism (size > 1), else null
 };
 
 /// Turns the KV cache of every attention layer of `model` on (emptied) or off.
