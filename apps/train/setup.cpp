@@ -151,6 +151,16 @@ Plan make_plan(const Recipe& r, int world) {
   const int64_t max_pos = c.max_position_embeddings;
   DTR_CHECK(r.dataset.seq_len <= max_pos, "dataset.seq_len=", r.dataset.seq_len,
             " exceeds the model's max_position_embeddings=", max_pos, " (", p.model_source, ")");
+  // Context parallelism cuts every row into 2 cp equal chunks (batches are padded to a multiple of
+  // 2 cp; seq_len caps that padding, so it must be one too).
+  const int64_t cp = p.mesh.cp_size;
+  for (const DatasetRecipe* d : {&r.dataset, &r.validation_dataset})
+    DTR_CHECK(cp == 1 || (d != &r.dataset && !d->enabled) || d->seq_len % (2 * cp) == 0, d == &r.dataset ? "dataset" : "validation_dataset",
+              ".seq_len=", d->seq_len, " is not divisible by 2 * distributed.cp_size = ", 2 * cp,
+              " (context parallelism splits each sequence into 2 cp chunks)");
+  DTR_CHECK(cp == 1 || r.dataset.packed_sequence_size == 0, "dataset.packed_sequence_size=",
+            r.dataset.packed_sequence_size, " with distributed.cp_size=", cp,
+            ": packed rows under context parallelism are not built in dtr (use one of them)");
   DTR_CHECK(r.dataset.packed_sequence_size == 0, "dataset.packed_sequence_size=", r.dataset.packed_sequence_size,
             ": packed rows need a document mask in attention, which dtr-train does not build yet (use 0: each "
             "micro-batch is padded to its longest sample)");
@@ -182,7 +192,9 @@ double estimate_memory(const Recipe& r, const Plan& p) {
   double m = static_cast<double>(p.total_params) * bytes / shard;
   if (fsdp) m += 2.0 * per_layer * bytes / tp;  // gathered working set (current + prefetched)
   m += static_cast<double>(p.trainable_params) * (4.0 + 8.0) / shard;  // grads + AdamW exp_avg/exp_avg_sq
-  const double tokens = static_cast<double>(r.step_scheduler.local_batch_size * r.dataset.seq_len);
+  // Context parallelism: each rank holds seq_len / cp tokens of a row (its queries see every key).
+  const double tokens = static_cast<double>(r.step_scheduler.local_batch_size * r.dataset.seq_len) /
+                        static_cast<double>(p.mesh.cp_size);
   const double H = static_cast<double>(c.hidden_size), I = static_cast<double>(c.intermediate_size);
   const double heads = static_cast<double>(c.num_attention_heads) / tp;
   const double act = tokens * L * (16.0 * H / tp + 4.0 * I / tp + heads * static_cast<double>(r.dataset.seq_len));

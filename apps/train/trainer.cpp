@@ -7,6 +7,7 @@
 #include <filesystem>
 #include <limits>
 #include <memory>
+#include <numeric>
 
 #include "apps/train/checkpoint.h"
 #include "apps/train/export.h"
@@ -18,6 +19,7 @@
 #include "dtensor/api.h"
 #include "models/data/sampler.h"
 #include "parallel/clip_grad.h"
+#include "parallel/context_parallel.h"
 #include "parallel/fsdp/fully_shard.h"
 #include "parallel/model_parallelizer.h"
 #include "runtime/env.h"
@@ -46,11 +48,11 @@ double scalar_value(const Tensor& t) {
   return x.item<double>();
 }
 
-/// Sum of `v` over the data-parallel ranks.
+/// Sum of `v` over the ranks that hold other tokens: data-parallel and context-parallel ranks.
 double dp_sum(const MeshContext& ctx, double v) {
-  if (ctx.dp_size <= 1) return v;
+  if (ctx.dp_size * ctx.cp_size <= 1) return v;
   Tensor t = full({1}, v, TensorOptions(DType::f64));
-  ctx.dp_mesh().group(0)->all_reduce(t)->wait();
+  ctx.dp_cp_mesh().group(0)->all_reduce(t)->wait();
   return t.item<double>();
 }
 
@@ -97,12 +99,22 @@ struct Trainer {
 
   /// Packed rows are full already; unpacked ones are padded to the micro-batch's longest
   /// sample, rounded up to pad_seq_len_divisible and capped at seq_len.
+  /// Context parallelism: rows are padded to a multiple of 2 cp as well (seq_len is one, checked in
+  /// make_plan) and each rank keeps its load-balanced slice of input ids and labels.
   data::Batch make_batch(const DatasetRecipe& d, std::vector<data::Sample> samples) const {
+    const MeshContext& ctx = plan.mesh;
     data::CollateOptions o;
     o.pad_id = pad_id;
-    o.pad_seq_len_divisible = d.pad_seq_len_divisible;
+    o.pad_seq_len_divisible = std::lcm(d.pad_seq_len_divisible, 2 * ctx.cp_size);
     o.max_length = d.seq_len;
-    return data::collate(samples, o);
+    data::Batch b = data::collate(samples, o);
+    if (ctx.cp_size == 1) return b;
+    const int64_t r = ctx.cp_mesh().coordinate(0);
+    b.input_ids = context_parallel_shard(b.input_ids, 1, ctx.cp_size, r).contiguous();
+    b.labels = context_parallel_shard(b.labels, 1, ctx.cp_size, r).contiguous();
+    b.num_label_tokens = 0;
+    for (int64_t l : b.labels.to_vector<int64_t>()) b.num_label_tokens += l != data::kIgnoreIndex;
+    return b;
   }
 
   /// Token-mean validation loss over the validation batches (every dp rank its slice).
@@ -123,8 +135,10 @@ struct Trainer {
       for (int64_t i = 0; i < share; ++i) idx[i] = b * vb + dpr * share + i;
       for (int64_t m = 0; m < share; m += r.step_scheduler.local_batch_size) {
         data::Batch batch = make_batch(r.validation_dataset, gather(val_set, idx, m, r.step_scheduler.local_batch_size));
-        if (batch.num_label_tokens == 0) continue;
+        // Every rank runs the forward (FSDP's all-gathers, cp's K/V all-gather are collective),
+        // also when its rows (its cp slice) hold no label token.
         Tensor logits = model.call(batch.input_ids);
+        if (batch.num_label_tokens == 0) continue;
         sum += scalar_value(causal_lm_loss(logits, batch.labels, false)) * batch.num_label_tokens;
         tokens += batch.num_label_tokens;
       }
@@ -315,7 +329,9 @@ struct Trainer {
         }
         Tensor logits = model->call(batch.input_ids);
         Tensor loss = causal_lm_loss(logits, batch.labels, false);
-        const double w = static_cast<double>(batch.num_label_tokens) * plan.dp_size / n_global;
+        // FSDP averages gradients over dp x cp (dp_shard_cp), so this weight makes their mean the
+        // gradient of the global token mean.
+        const double w = static_cast<double>(batch.num_label_tokens) * plan.dp_size * ctx.cp_size / n_global;
         Tensor objective = mul(loss, w);
         // MoE: + router_aux_loss_coef * the load-balancing loss of this micro-batch, averaged over
         // micro-batches (and, by the gradient averaging, over dp ranks).

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # End-to-end tests of dtr-train on the CI recipes (configs/ci/*.yaml), run from the repo root:
-#   train_e2e.sh meshes|resume|epochs|padding|errors|moe_ep DTR_TRAIN COMPARE_METRICS [MPIRUN]
+#   train_e2e.sh meshes|resume|epochs|padding|cp|errors|moe_ep DTR_TRAIN COMPARE_METRICS [MPIRUN]
 # meshes: the same 20-step LoRA recipe on 1 rank, dp 2 (FSDP), tp 2, tp 3, HSDP 2x2, dp 2 x tp 2
 #         and tp 2 / tp 3 (uneven sequence shards) with sequence parallelism, dp 2 with
 #         defer_fsdp_grad_sync=false (a reduce-scatter per micro-batch)
@@ -17,6 +17,9 @@
 #         resumed run crosses the boundary) reproduce the uninterrupted losses bit for bit.
 # padding: chat SFT batches padded to their longest sample equal batches padded to seq_len
 #         (1 rank and dp 2; configs/ci/chat.yaml on the perlfaq data, skipped when absent).
+# cp:     context parallelism (distributed.cp_size) gives the single-process losses and
+#         validation losses within LOSS_RTOL: cp 2, cp 4, dp 2 x cp 2, cp 2 x tp 2 on the CI recipe,
+#         and cp 2 on the chat SFT recipe (cp slices with no label token; skipped without the data).
 # errors: bad recipes under mpirun give exactly one "dtr-train: error:" line and exit != 0.
 # moe_ep: the MoE CI recipe (configs/ci/moe.yaml, a random Qwen3-MoE) with expert parallelism
 #         ep 2 (2 ranks), ep 3 (3 ranks) and ep 2 x ep_shard 2 (4 ranks) gives the single-process
@@ -193,6 +196,30 @@ padding)
   dyn=$(positions $out/chat/metrics.jsonl); full=$(positions $out/chat_seq/metrics.jsonl)
   echo "positions run: $dyn padded to the longest, $full padded to seq_len"
   [ "$dyn" -lt "$full" ] || fail "dynamic padding ran $dyn positions, not fewer than $full"
+  ;;
+cp)
+  rm -rf $out/cp_single && run 1 configs/ci/single.yaml --set checkpoint.checkpoint_dir=$out/cp_single > /dev/null ||
+    fail "single run"
+  for spec in "cp2:2:cp_size=2" "cp4:4:cp_size=4" "dp2cp2:4:cp_size=2" "cp2tp2:4:cp_size=2 tp_size=2"; do
+    IFS=: read -r name np sets <<<"$spec"
+    args=(); for kv in $sets; do args+=(--set "distributed.$kv"); done
+    rm -rf "$out/$name"
+    log=$(run "$np" configs/ci/single.yaml "${args[@]}" --set checkpoint.checkpoint_dir=$out/$name 2>&1) ||
+      { echo "$log" | tail -20; fail "$name run"; }
+    echo "== $name ($np ranks: $sets) vs single"
+    "$CMP" $out/cp_single/metrics.jsonl $out/$name/metrics.jsonl --rtol $LOSS_RTOL || fail "$name losses"
+    "$CMP" $out/cp_single/metrics.jsonl $out/$name/metrics.jsonl --rtol $LOSS_RTOL --key val_loss > /dev/null ||
+      fail "$name validation losses"
+  done
+  for f in data/perlfaq-val.jsonl data/smollm2-135m-instruct.gguf; do
+    [ -f "$f" ] || { echo "SKIP cp chat: $f is absent"; echo PASS; exit 0; }
+  done
+  c=configs/ci/chat.yaml
+  rm -rf $out/cp_chat1 $out/cp_chat2
+  run 1 $c --set checkpoint.checkpoint_dir=$out/cp_chat1 > /dev/null || fail "chat single run"
+  run 2 $c --set distributed.cp_size=2 --set checkpoint.checkpoint_dir=$out/cp_chat2 > /dev/null || fail "chat cp 2 run"
+  echo "== chat SFT cp 2 vs single"
+  "$CMP" $out/cp_chat1/metrics.jsonl $out/cp_chat2/metrics.jsonl --rtol $LOSS_RTOL || fail "chat cp 2 losses"
   ;;
 errors)
   check() {  # check NP expected-substring --set ...
