@@ -84,6 +84,11 @@ Tensor Attention::forward(const Tensor& x) {
   } else {
     std::tie(cos, sin) = rope(T, q.dtype());
   }
+  if (cos.device() != q.device()) {  // the tables are made on the host: moved once per length / dtype
+    cos = cos.to(q.device());
+    sin = sin.to(q.device());
+    if (!use_cache_) std::tie(rope_cos_, rope_sin_) = std::make_pair(cos, sin);
+  }
   q = rotary_embedding(q, cos, sin);
   k = rotary_embedding(k, cos, sin);
   if (use_cache_) {
