@@ -1,6 +1,7 @@
 // clip_grad_norm (see clip_grad.h).
 #include "parallel/clip_grad.h"
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 
@@ -10,7 +11,8 @@
 
 namespace dtr {
 
-double clip_grad_norm(const std::vector<Tensor>& params, double max_norm, double norm_type, bool error_if_nonfinite) {
+double clip_grad_norm(const std::vector<Tensor>& params, double max_norm, double norm_type, bool error_if_nonfinite,
+                      ProcessGroup* pp_group, const std::vector<Tensor>& not_counted) {
   DTR_CHECK(max_norm >= 0, "clip_grad_norm: max_norm must be >= 0, got ", max_norm);
   const bool inf = std::isinf(norm_type);
   DTR_CHECK(inf || norm_type > 0, "clip_grad_norm: norm_type must be > 0 or inf, got ", norm_type);
@@ -37,6 +39,8 @@ double clip_grad_norm(const std::vector<Tensor>& params, double max_norm, double
       local = local_tensor(g);
     }
     locals.push_back(local);
+    if (std::any_of(not_counted.begin(), not_counted.end(), [&](const Tensor& t) { return t.impl() == p.impl(); }))
+      continue;
     Tensor v = zeros({1}, TensorOptions(DType::f64).with_device(local.device()));
     if (local.numel() > 0) {
       const Tensor a = abs(local.to(DType::f64));
@@ -53,6 +57,10 @@ double clip_grad_norm(const std::vector<Tensor>& params, double max_norm, double
   for (Part& part : parts) {
     for (ProcessGroup* pg : part.groups) pg->all_reduce(part.value, inf ? ReduceOp::MAX : ReduceOp::SUM)->wait();
     norm = !norm.defined() ? part.value : inf ? maximum(norm, part.value) : add(norm, part.value);
+  }
+  if (pp_group != nullptr && pp_group->size() > 1) {  // every pp rank joins, with or without gradients
+    if (!norm.defined()) norm = zeros({1}, TensorOptions(DType::f64));
+    pp_group->all_reduce(norm, inf ? ReduceOp::MAX : ReduceOp::SUM)->wait();
   }
   double total = norm.defined() ? norm.item<double>() : 0.0;
   if (!inf) total = std::pow(total, 1.0 / norm_type);

@@ -4,6 +4,7 @@
 // _NormPartial + full_tensor).
 #include <vector>
 
+#include "runtime/process_group.h"
 #include "tensor/tensor.h"
 
 namespace dtr {
@@ -15,9 +16,14 @@ namespace dtr {
 /// replicated mesh dims and plain tensors are counted once. Gradients on different meshes are
 /// grouped by the process groups that shard them. Scale: max_norm / (total + 1e-6) when < 1.
 /// Parameters without .grad are skipped. Collective: every rank must pass the same list.
+/// Pipeline parallelism: with `pp_group`, each pp rank passes its stages' parameters and the
+/// per-rank totals are combined over the group (SUM, or MAX for inf), so the norm covers the
+/// whole model; a parameter in `not_counted` (the last stage's copy of a weight tied to the
+/// first stage, whose gradient equals the first copy's) is clipped but left out of the norm.
 /// Errors: max_norm < 0; norm_type not 2 or inf (or not > 0); a Partial gradient; a non-finite
 /// total when error_if_nonfinite.
 double clip_grad_norm(const std::vector<Tensor>& params, double max_norm, double norm_type = 2.0,
-                      bool error_if_nonfinite = false);
+                      bool error_if_nonfinite = false, ProcessGroup* pp_group = nullptr,
+                      const std::vector<Tensor>& not_counted = {});
 
 }  // namespace dtr

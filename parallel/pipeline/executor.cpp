@@ -39,11 +39,26 @@ PipelineExecutor::PipelineExecutor(PipelineScheduleKind kind, std::vector<Pipeli
 }
 
 std::vector<Tensor> PipelineExecutor::step(const std::vector<Tensor>& inputs, const LossFn& loss_fn) {
+  const int m = static_cast<int>(inputs.size());
+  DTR_CHECK(m >= 1, "PipelineExecutor::step: no micro-batches");
+  PipelineShape shape{pg_->size(), static_cast<int>(stages_.size()), m};
+  return run(pipeline_schedule(kind_, shape, pg_->rank()), inputs, loss_fn, true);
+}
+
+std::vector<Tensor> PipelineExecutor::forward_only(const std::vector<Tensor>& inputs, const LossFn& loss_fn) {
+  const int m = static_cast<int>(inputs.size());
+  DTR_CHECK(m >= 1, "PipelineExecutor::forward_only: no micro-batches");
+  std::vector<PipelineAction> actions;
+  for (int mb = 0; mb < m; ++mb)
+    for (const auto& st : stages_) actions.push_back({PipelineAction::Forward, st.stage_index, mb});
+  NoGradGuard no_grad;
+  return run(actions, inputs, loss_fn, false);
+}
+
+std::vector<Tensor> PipelineExecutor::run(const std::vector<PipelineAction>& actions, const std::vector<Tensor>& inputs,
+                                          const LossFn& loss_fn, bool with_grad) {
   const auto t_step = Clock::now();
   const int pp = pg_->size(), S = num_stages_, m = static_cast<int>(inputs.size());
-  DTR_CHECK(m >= 1, "PipelineExecutor::step: no micro-batches");
-  PipelineShape shape{pp, static_cast<int>(stages_.size()), m};
-  const std::vector<PipelineAction> actions = pipeline_schedule(kind_, shape, pg_->rank());
   stats_ = PipelineStepStats{};
 
   // Per (stage, micro-batch): the stage input leaf, and its output (the loss on the last stage).
@@ -81,20 +96,20 @@ std::vector<Tensor> PipelineExecutor::step(const std::vector<Tensor>& inputs, co
         DTR_CHECK(x.defined(), "PipelineExecutor::step: micro-batch ", a.microbatch, " has no input on the first stage");
       } else {
         x = receive(false, a.stage, a.stage - 1, a.microbatch);
-        if (is_floating(x.dtype())) x.set_requires_grad(true);
+        if (with_grad && is_floating(x.dtype())) x.set_requires_grad(true);
       }
       const auto t0 = Clock::now();
       Tensor y = mod.call(x);
       if (a.stage == S - 1) {
         y = loss_fn(a.microbatch, y);
-        DTR_CHECK(y.numel() == 1, "PipelineExecutor: the loss of micro-batch ", a.microbatch, " has shape ", y.sizes(),
-                  ", expected a scalar");
+        DTR_CHECK(!with_grad || y.numel() == 1, "PipelineExecutor: the loss of micro-batch ", a.microbatch,
+                  " has shape ", y.sizes(), ", expected a scalar");
         losses[a.microbatch] = y.detach();
       } else {
         transfer(false, a.stage + 1, a.microbatch, y);
       }
       stats_.compute_s += since(t0);
-      live[{a.stage, a.microbatch}] = {x, y};
+      if (with_grad) live[{a.stage, a.microbatch}] = {x, y};
     } else {
       auto it = live.find({a.stage, a.microbatch});
       DTR_CHECK(it != live.end(), "PipelineExecutor: backward ", a.str(), " before its forward");

@@ -56,12 +56,19 @@ class PipelineExecutor {
   /// stage, an empty vector elsewhere.
   std::vector<Tensor> step(const std::vector<Tensor>& inputs, const LossFn& loss_fn);
 
+  /// Evaluation: the forwards only (micro-batch by micro-batch, each rank's stages in order,
+  /// which cannot deadlock), without autograd. Returns the losses as step() does.
+  std::vector<Tensor> forward_only(const std::vector<Tensor>& inputs, const LossFn& loss_fn);
+
   const PipelineStepStats& stats() const { return stats_; }
   PipelineScheduleKind kind() const { return kind_; }
   const std::vector<PipelineStage>& stages() const { return stages_; }
   int num_stages() const { return num_stages_; }
 
  private:
+  std::vector<Tensor> run(const std::vector<PipelineAction>& actions, const std::vector<Tensor>& inputs,
+                          const LossFn& loss_fn, bool with_grad);
+
   PipelineScheduleKind kind_;
   std::vector<PipelineStage> stages_;
   int num_stages_ = 1;

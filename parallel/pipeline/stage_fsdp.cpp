@@ -36,4 +36,8 @@ void pipeline_reduce_gradients(nn::Module& stage) {
   for (FSDPParamGroup* g : groups) g->reshard();
 }
 
+void pipeline_reshard(nn::Module& stage) {
+  for (FSDPParamGroup* g : groups_under(stage)) g->reshard();
+}
+
 }  // namespace dtr

@@ -21,5 +21,7 @@ void pipeline_unshard(nn::Module& stage);
 /// Every unit under `stage`: reduce-scatters the accumulated gradients (all issued, then waited),
 /// adds them into the sharded .grad (averaged over dp) and reshards. No-op without units.
 void pipeline_reduce_gradients(nn::Module& stage);
+/// Every unit under `stage`: reshards without reducing (after forward-only evaluation).
+void pipeline_reshard(nn::Module& stage);
 
 }  // namespace dtr

@@ -10,6 +10,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <map>
 #include <tuple>
 
@@ -18,6 +19,7 @@
 #include "models/lora/inject.h"
 #include "models/transformer/causal_lm.h"
 #include "models/transformer/pipeline_stage.h"
+#include "parallel/clip_grad.h"
 #include "parallel/mesh_context.h"
 #include "parallel/model_parallelizer.h"
 #include "parallel/pipeline/executor.h"
@@ -54,6 +56,8 @@ std::shared_ptr<CausalLM> make_model(bool lora, bool tied) { return testing::mak
 
 struct Run {
   std::vector<double> losses;
+  double eval0 = 0;  // forward-only loss before the first step
+  double norm0 = 0;  // global gradient norm of step 0
   std::map<std::string, Tensor> grads0;  // gradients after step 0's backward (full tensors)
   std::map<std::string, Tensor> params;  // parameters after the last step (full tensors)
 };
@@ -83,6 +87,7 @@ const Run& reference(bool lora, bool tied, int micro_total) {
     Tensor ids = testing::debug_token_rows(step, 0, micro_total * kRowsPerMicro, kSeq);
     Tensor loss = causal_lm_loss(model->call(ids), ids);
     loss.backward();
+    if (step == 0) r.norm0 = clip_grad_norm(ps, std::numeric_limits<double>::infinity());
     if (step == 0)  // every name (a tied table under both: the stages hold one each)
       for (auto& [n, p] : model->named_parameters("", true, false))
         if (p.requires_grad()) r.grads0[n] = p.grad().clone();
@@ -140,8 +145,29 @@ Run pipelined(const Setup& s, int m) {
   for (auto& st : stages)
     if (!tied_w.defined() && (st->is_first() || st->is_last())) tied_w = tied_stage_weight(*st);
   const int tied_peer = stages.front()->is_first() ? s.pp - 1 : 0;
+  // The last stage's copy of the tied table is left out of the norm (its gradient is the first's).
+  std::vector<Tensor> not_counted;
+  if (tied_w.defined() && !stages.front()->is_first()) not_counted.push_back(tied_w);
   auto world_pg = DeviceMesh::world("loss").group(0);
+  // Sum over the world of this rank's value / `share` (the last stage's loss on every (dp, tp) rank).
+  auto world_sum = [&](double v) {
+    Tensor t = from_vector<double>({v}, {1});
+    world_pg->all_reduce(t)->wait();
+    return t.item<double>();
+  };
   Run r;
+  {
+    std::vector<Tensor> ids;
+    for (int k = 0; k < m; ++k) ids.push_back(micro_rows(0, dp_rank, m, k));
+    for (auto& st : stages) pipeline_unshard(*st);
+    auto losses = ex.forward_only(ids, [&](int k, const Tensor& logits) {
+      return div(causal_lm_loss(logits, ids[k]), static_cast<double>(m));
+    });
+    for (auto& st : stages) pipeline_reshard(*st);
+    double ls = 0;
+    for (auto& l : losses) ls += full_of(l).item<double>();
+    r.eval0 = world_sum(has_last ? ls / (s.tp * s.dp) : 0.0);
+  }
   for (int step = 0; step < 5; ++step) {
     std::vector<Tensor> ids;
     for (int k = 0; k < m; ++k) ids.push_back(micro_rows(step, dp_rank, m, k));
@@ -153,6 +179,9 @@ Run pipelined(const Setup& s, int m) {
     for (auto& st : stages) pipeline_reduce_gradients(*st);
     if (tied_w.defined()) sum_tied_gradients(*pp_group, tied_w, tied_peer);
     if (step == 0)
+      r.norm0 = clip_grad_norm(trainable, std::numeric_limits<double>::infinity(), 2.0, false, pp_group.get(),
+                               not_counted);
+    if (step == 0)
       for (auto& st : stages)
         for (auto& [n, p] : st->named_parameters())
           if (p.requires_grad()) r.grads0[n] = full_of(p.grad());
@@ -161,9 +190,7 @@ Run pipelined(const Setup& s, int m) {
     double ls = 0;
     for (auto& l : losses) ls += full_of(l).item<double>();
     // Every (dp, tp) rank of the last stage holds its dp rank's mean; tp ranks hold equal values.
-    Tensor t = from_vector<double>({has_last ? ls / (s.tp * s.dp) : 0.0}, {1});
-    world_pg->all_reduce(t)->wait();
-    r.losses.push_back(t.item<double>());
+    r.losses.push_back(world_sum(has_last ? ls / (s.tp * s.dp) : 0.0));
   }
   for (auto& st : stages)
     for (auto& [n, p] : st->named_parameters()) r.params[n] = full_of(p);
@@ -176,6 +203,8 @@ void check_same(const Run& ref, const Run& got, const std::string& what) {
     INFO("step " << i << " single " << ref.losses[i] << " pipeline " << got.losses[i]);
     CHECK(std::abs(ref.losses[i] - got.losses[i]) <= kLossTol * ref.losses[i]);
   }
+  CHECK(std::abs(ref.losses[0] - got.eval0) <= kLossTol * ref.losses[0]);
+  CHECK(std::abs(ref.norm0 - got.norm0) <= kLossTol * ref.norm0);
   REQUIRE(!got.params.empty());
   double worst_g = 0, worst_p = 0;
   std::string at_g, at_p;
