@@ -100,6 +100,14 @@ int64_t llama_param_count(const LlamaConfig& c) {
   return n;
 }
 
+/// Whether peft's target / exclude patterns select module `fqn` (apply_lora's rule).
+static bool peft_targets(const PeftRecipe& peft, const std::string& fqn) {
+  bool hit = false, ex = false;
+  for (const auto& t : peft.target_modules) hit = hit || lora_pattern_matches(t, fqn);
+  for (const auto& e : peft.exclude_modules) ex = ex || lora_pattern_matches(e, fqn);
+  return hit && !ex;
+}
+
 int64_t lora_param_count(const LlamaConfig& c, const PeftRecipe& peft) {
   if (!peft.enabled) return 0;
   const int64_t H = c.hidden_size, I = c.intermediate_size, V = c.vocab_size, hd = llama_head_dim(c);
@@ -115,6 +123,11 @@ int64_t lora_param_count(const LlamaConfig& c, const PeftRecipe& peft) {
     lins.push_back({p + "self_attn.k_proj", H, nkv * hd});
     lins.push_back({p + "self_attn.v_proj", H, nkv * hd});
     lins.push_back({p + "self_attn.o_proj", nh * hd, H});
+    if (c.is_moe_layer(l)) {  // grouped experts: E adapter pairs on gate_up (H -> 2I) and down (I -> H)
+      const int64_t Ie = c.moe_intermediate_size;
+      lins.push_back({p + "mlp.experts", c.num_experts * (H + 2 * Ie), c.num_experts * (Ie + H)});
+      continue;
+    }
     lins.push_back({p + "mlp.gate_proj", H, I});
     lins.push_back({p + "mlp.up_proj", H, I});
     lins.push_back({p + "mlp.down_proj", I, H});
@@ -122,10 +135,7 @@ int64_t lora_param_count(const LlamaConfig& c, const PeftRecipe& peft) {
   if (!c.tie_word_embeddings) lins.push_back({"lm_head", H, V});
   int64_t n = 0;
   for (const auto& L : lins) {
-    bool hit = false, ex = false;
-    for (const auto& t : peft.target_modules) hit = hit || lora_pattern_matches(t, L.name);
-    for (const auto& e : peft.exclude_modules) ex = ex || lora_pattern_matches(e, L.name);
-    if (hit && !ex) n += peft.dim * (L.in + L.out);
+    if (peft_targets(peft, L.name)) n += peft.dim * (L.in + L.out);
   }
   return n;
 }
@@ -172,7 +182,13 @@ Plan make_plan(const Recipe& r, int world) {
       std::string s;
       for (const auto& t : r.peft.target_modules) s += (s.empty() ? "" : ", ") + t;
       return s;
-    }(), "] match no Linear module of the model (", r.source_of("peft"), ")");
+    }(), "] match no Linear module of the model (nor its MoE experts: \"*.mlp.experts\"; ", r.source_of("peft"), ")");
+  if (r.peft.enabled && r.peft.dropout > 0)
+    for (int64_t l = 0; l < c.num_hidden_layers; ++l) {
+      const std::string e = "model.layers." + std::to_string(l) + ".mlp.experts";
+      DTR_CHECK(!c.is_moe_layer(l) || !peft_targets(r.peft, e), "peft.dropout=", r.peft.dropout, ": LoRA dropout on MoE experts (", e,
+                ") is not built; use 0 or leave the experts out of peft.target_modules (", r.source_of("peft"), ")");
+    }
   p.total_params = llama_param_count(c) + lora;
   p.trainable_params = r.peft.enabled ? lora : p.total_params;
   p.memory_estimate_bytes = estimate_memory(r, p);

@@ -3,6 +3,8 @@
 
 #include <sstream>
 
+#include "tensor/nn/moe.h"
+
 namespace dtr {
 
 bool wildcard_match(const std::string& p, const std::string& t) {
@@ -54,14 +56,26 @@ bool is_lora_parameter(const std::string& fqn) {
     return fqn.size() >= s.size() && fqn.compare(fqn.size() - s.size(), s.size(), s) == 0 &&
            (fqn.size() == s.size() || fqn[fqn.size() - s.size() - 1] == '.');
   };
-  return ends_with("lora_A.weight") || ends_with("lora_B.weight");
+  auto grouped = [&](const char* ab) {  // GroupedExperts: <proj>_lora_A / _lora_B
+    const std::string s = std::string("_") + ab;
+    return fqn.size() > s.size() && fqn.compare(fqn.size() - s.size(), s.size(), s) == 0 &&
+           fqn.find("experts.") != std::string::npos;
+  };
+  return ends_with("lora_A.weight") || ends_with("lora_B.weight") || grouped("lora_A") || grouped("lora_B");
 }
 
 std::vector<std::string> apply_lora(nn::Module& root, const LoraConfig& config) {
   DTR_CHECK(!config.target_modules.empty(), "apply_lora: target_modules is empty");
   std::vector<std::string> linears, replaced;
   std::vector<std::pair<std::string, std::shared_ptr<nn::Linear>>> todo;
+  std::vector<std::pair<std::string, std::shared_ptr<nn::GroupedExperts>>> experts_todo;
   for (const auto& [fqn, m] : root.named_modules()) {
+    if (auto ge = std::dynamic_pointer_cast<nn::GroupedExperts>(m); ge && !fqn.empty()) {
+      linears.push_back(fqn);
+      if (any_match(config.target_modules, fqn) && !any_match(config.exclude_modules, fqn) && !ge->has_lora())
+        experts_todo.emplace_back(fqn, ge);
+      continue;
+    }
     auto lin = std::dynamic_pointer_cast<nn::Linear>(m);
     if (!lin || fqn.empty()) continue;
     // The children of a LoRALinear are Linears too; never wrap an adapter.
@@ -69,10 +83,15 @@ std::vector<std::string> apply_lora(nn::Module& root, const LoraConfig& config) 
     linears.push_back(fqn);
     if (any_match(config.target_modules, fqn) && !any_match(config.exclude_modules, fqn)) todo.emplace_back(fqn, lin);
   }
-  DTR_CHECK(!todo.empty(), "apply_lora: no Linear module matches target_modules [", join(config.target_modules),
-            "] (exclude_modules [", join(config.exclude_modules), "]); Linear modules: [", join(linears), "]");
+  DTR_CHECK(!todo.empty() || !experts_todo.empty(), "apply_lora: no Linear module matches target_modules [",
+            join(config.target_modules), "] (exclude_modules [", join(config.exclude_modules),
+            "]); Linear and grouped-experts modules: [", join(linears), "]");
   for (const auto& [fqn, lin] : todo) {
     root.set_submodule(fqn, std::make_shared<nn::LoRALinear>(lin, config.options));
+    replaced.push_back(fqn);
+  }
+  for (const auto& [fqn, ge] : experts_todo) {  // NeMo Automodel's patch_moe_module: GroupedExpertsLoRA
+    ge->enable_lora(config.options);
     replaced.push_back(fqn);
   }
   for (auto& [fqn, p] : root.named_parameters())

@@ -1,7 +1,9 @@
 #pragma once
 // LoRA injection into a module tree: replaces matching nn::Linear submodules by
-// nn::LoRALinear and freezes everything that is not an adapter weight.
-// Source: NeMo Automodel peft/lora.py (apply_lora_to_linear_modules, ModuleMatcher).
+// nn::LoRALinear, enables the grouped adapters of matching nn::GroupedExperts (MoE experts, e.g.
+// target "*.mlp.experts") and freezes everything that is not an adapter weight.
+// Source: NeMo Automodel peft/lora.py (apply_lora_to_linear_modules, ModuleMatcher; a matched
+// GroupedExperts becomes GroupedExpertsLoRA through patch_moe_module).
 #include <memory>
 #include <string>
 #include <vector>
@@ -29,16 +31,19 @@ bool lora_pattern_matches(const std::string& pattern, const std::string& fqn);
 
 /// Replaces every nn::Linear of `root` whose FQN matches a target and no exclude pattern by
 /// an nn::LoRALinear wrapping it (Module::set_submodule; the base tensors are shared, not
-/// copied), then sets requires_grad = false on every parameter that is not a lora_A/lora_B
-/// weight. Modules already LoRALinear are not wrapped twice. Returns the replaced FQNs in
-/// traversal order. Errors: no Linear matches (message lists the patterns and a few Linear
-/// FQNs of the tree); invalid options (see LoRALinear).
+/// copied), calls enable_lora on every matching nn::GroupedExperts (one adapter pair per
+/// expert, same options), then sets requires_grad = false on every parameter that is not an
+/// adapter (is_lora_parameter). Modules already adapted are not adapted twice. Returns the
+/// adapted FQNs (Linears first, then experts, each in traversal order). Errors: nothing matches
+/// (message lists the patterns and a few Linear / experts FQNs of the tree); invalid options (see
+/// LoRALinear; experts: dropout != 0).
 std::vector<std::string> apply_lora(nn::Module& root, const LoraConfig& config);
 
 /// Every LoRALinear of `root` with its FQN, in traversal order.
 std::vector<std::pair<std::string, std::shared_ptr<nn::LoRALinear>>> lora_modules(nn::Module& root);
 
-/// True for adapter parameters: FQNs ending in "lora_A.weight" / "lora_B.weight".
+/// True for adapter parameters: FQNs ending in "lora_A.weight" / "lora_B.weight", and the grouped
+/// expert adapters "<...>experts.<proj>_lora_A" / "_lora_B".
 bool is_lora_parameter(const std::string& fqn);
 
 /// merge() on every unmerged LoRALinear of `root`; returns how many were merged.

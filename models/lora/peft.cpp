@@ -12,6 +12,7 @@
 #include "models/formats/safetensors.h"
 #include "models/transformer/load.h"
 #include "models/lora/module_matcher.h"
+#include "models/lora/peft_experts.h"
 #include "tensor/autograd/grad_mode.h"
 #include "tensor/ops.h"
 
@@ -48,6 +49,22 @@ std::vector<std::string> linear_fqns(nn::Module& model) {
     if (std::dynamic_pointer_cast<nn::Linear>(m) || std::dynamic_pointer_cast<nn::LoRALinear>(m)) out.push_back(fqn);
   }
   return out;
+}
+
+/// The GroupedExperts (MoE experts) of `model` with their FQNs.
+std::vector<std::pair<std::string, std::shared_ptr<nn::GroupedExperts>>> grouped_experts(nn::Module& model) {
+  std::vector<std::pair<std::string, std::shared_ptr<nn::GroupedExperts>>> out;
+  for (const auto& [fqn, m] : model.named_modules())
+    if (auto e = std::dynamic_pointer_cast<nn::GroupedExperts>(m); e && !fqn.empty()) out.emplace_back(fqn, e);
+  return out;
+}
+
+/// PEFT's target_parameters rule (BaseTuner._inject_parameters): the key "<module>.<param>"
+/// equals an entry or ends with "." + entry.
+bool peft_parameter_targeted(const std::vector<std::string>& targets, const std::string& key) {
+  for (const auto& t : targets)
+    if (key == t || (key.size() > t.size() && key.ends_with("." + t))) return true;
+  return false;
 }
 
 bool is_null_or_empty(const json& j, const char* key) {
@@ -96,8 +113,17 @@ PeftAdapterConfig read_peft_config(const std::string& dir) {
   }
   c.use_rslora = flag("use_rslora");
   c.base_model_name_or_path = str("base_model_name_or_path", "");
-  DTR_CHECK(j.contains("target_modules") && !j["target_modules"].is_null(), path, ": key \"target_modules\" missing");
-  const json& t = j["target_modules"];
+  if (j.contains("target_parameters") && !j["target_parameters"].is_null()) {
+    const json& tp = j["target_parameters"];
+    DTR_CHECK(tp.is_array(), path, ": key \"target_parameters\" must be a list of strings");
+    for (const auto& e : tp) {
+      DTR_CHECK(e.is_string(), path, ": key \"target_parameters\" must hold strings");
+      c.target_parameters.push_back(e.get<std::string>());
+    }
+  }
+  DTR_CHECK((j.contains("target_modules") && !j["target_modules"].is_null()) || !c.target_parameters.empty(), path,
+            ": key \"target_modules\" missing");
+  const json& t = j.contains("target_modules") && !j["target_modules"].is_null() ? j["target_modules"] : json::array();
   if (t.is_string()) {
     c.target_regex = t.get<std::string>();
   } else {
@@ -112,15 +138,33 @@ PeftAdapterConfig read_peft_config(const std::string& dir) {
 
 void save_peft_adapter(nn::Module& model, const std::string& dir, const std::string& base_model) {
   const auto loras = lora_modules(model);
-  DTR_CHECK(!loras.empty(), "save_peft_adapter(", dir, "): the model has no LoRALinear modules");
-  const nn::LoraOptions& o = loras.front().second->options();
+  std::vector<std::pair<std::string, std::shared_ptr<nn::GroupedExperts>>> experts, all_experts = grouped_experts(model);
+  for (const auto& e : all_experts)
+    if (e.second->has_lora()) experts.push_back(e);
+  DTR_CHECK(!loras.empty() || !experts.empty(), "save_peft_adapter(", dir,
+            "): the model has no LoRALinear modules and no experts with LoRA");
+  const std::string first = loras.empty() ? experts.front().first : loras.front().first;
+  const nn::LoraOptions o = loras.empty() ? experts.front().second->lora_options() : loras.front().second->options();
+  auto check_same = [&](const std::string& fqn, const nn::LoraOptions& p) {
+    DTR_CHECK(p.r == o.r && p.alpha == o.alpha && p.dropout == o.dropout && p.use_rslora == o.use_rslora,
+              "save_peft_adapter: adapters differ (", first, ": r ", o.r, " alpha ", o.alpha, " vs ", fqn, ": r ", p.r,
+              " alpha ", p.alpha, "); per-module rank_pattern is not supported");
+  };
   safetensors::TensorMap tensors;
   std::set<std::string> leaves, adapted;
+  // Experts: PEFT's target_parameters (ParamWrapper) layout; all of them adapted -> the short
+  // names, else each block's full parameter names.
+  json target_parameters = json::array();
+  for (const auto& [fqn, e] : experts) {
+    check_same(fqn, e->lora_options());
+    for (auto& [k, t] : peft_expert_lora_tensors(fqn, *e)) tensors[kPrefix + k] = t;
+    if (experts.size() != all_experts.size())
+      for (const char* p : {"gate_up_proj", "down_proj"}) target_parameters.push_back(fqn + "." + p);
+  }
+  if (!experts.empty() && experts.size() == all_experts.size())
+    target_parameters = {leaf_name(experts.front().first) + ".gate_up_proj", leaf_name(experts.front().first) + ".down_proj"};
   for (const auto& [fqn, l] : loras) {
-    const nn::LoraOptions& p = l->options();
-    DTR_CHECK(p.r == o.r && p.alpha == o.alpha && p.dropout == o.dropout && p.use_rslora == o.use_rslora,
-              "save_peft_adapter: adapters differ (", loras.front().first, ": r ", o.r, " alpha ", o.alpha, " vs ", fqn,
-              ": r ", p.r, " alpha ", p.alpha, "); per-module rank_pattern is not supported");
+    check_same(fqn, l->options());
     tensors[kPrefix + fqn + ".lora_A.weight"] = l->lora_A()->weight().detach();
     tensors[kPrefix + fqn + ".lora_B.weight"] = l->lora_B()->weight().detach();
     leaves.insert(leaf_name(fqn));
@@ -133,7 +177,9 @@ void save_peft_adapter(nn::Module& model, const std::string& dir, const std::str
   for (const auto& fqn : linear_fqns(model))
     if (short_names.matches(fqn)) selected.insert(fqn);
   json targets;
-  if (selected == adapted) {
+  if (adapted.empty()) {
+    targets = json::array();
+  } else if (selected == adapted) {
     targets = names;
   } else {
     std::string re;
@@ -162,6 +208,7 @@ void save_peft_adapter(nn::Module& model, const std::string& dir, const std::str
       {"alpha_pattern", json::object()},
       {"revision", nullptr},
   };
+  if (!experts.empty()) cfg["target_parameters"] = target_parameters;
   std::filesystem::create_directories(dir);
   safetensors::save_file(tensors, (std::filesystem::path(dir) / kWeights).string(), {{"format", "pt"}});
   const std::string text = cfg.dump(2) + "\n";
@@ -179,21 +226,36 @@ std::vector<std::string> load_peft_adapter(nn::Module& model, const std::string&
   const ModuleMatcher matcher = c.target_regex.empty() ? ModuleMatcher::list(c.target_modules, where)
                                                        : ModuleMatcher::regex(c.target_regex, where);
   for (const auto& fqn : linear_fqns(model))
-    if (matcher.matches(fqn)) targets.push_back(fqn);
-  DTR_CHECK(!targets.empty(), dir, "/", kConfig, ": target_modules selects no Linear module of the model");
+    if (!c.target_modules.empty() || !c.target_regex.empty())
+      if (matcher.matches(fqn)) targets.push_back(fqn);
+  // target_parameters: dtr adapts an experts module's gate_up_proj and down_proj together.
+  std::vector<std::string> expert_targets;
+  for (const auto& [fqn, e] : grouped_experts(model)) {
+    const bool gu = peft_parameter_targeted(c.target_parameters, fqn + ".gate_up_proj");
+    const bool dn = peft_parameter_targeted(c.target_parameters, fqn + ".down_proj");
+    DTR_CHECK(gu == dn, where, ": target_parameters adapts only ", gu ? "gate_up_proj" : "down_proj", " of ", fqn,
+              " (LoRA on one expert projection alone is not built; dtr adapts both)");
+    if (gu) expert_targets.push_back(fqn);
+  }
+  DTR_CHECK(!targets.empty() || !expert_targets.empty(), dir, "/", kConfig,
+            ": target_modules selects no Linear module of the model",
+            c.target_parameters.empty() ? "" : " (and target_parameters no experts parameter)");
 
   const safetensors::TensorMap sd = safetensors::load_file(wpath);
   std::set<std::string> targeted(targets.begin(), targets.end());
+  targeted.insert(expert_targets.begin(), expert_targets.end());
   for (const auto& [key, t] : sd) {
     DTR_CHECK(key.starts_with(kPrefix) && is_lora_parameter(key), wpath, ": unexpected key \"", key,
               "\" (expected base_model.model.<fqn>.lora_A.weight / lora_B.weight)");
-    const std::string fqn = key.substr(std::string(kPrefix).size(), key.size() - std::string(kPrefix).size() - 14);
+    std::string fqn = key.substr(std::string(kPrefix).size(), key.size() - std::string(kPrefix).size() - 14);
+    if (fqn.ends_with(".base_layer") && !targeted.count(fqn)) fqn.resize(fqn.size() - 11);  // experts' inner wrapper
     DTR_CHECK(targeted.count(fqn), wpath, ": key \"", key, "\" names module \"", fqn,
               "\", which target_modules of adapter_config.json does not select");
   }
 
   LoraConfig lc;
   lc.target_modules = targets;  // exact FQNs
+  lc.target_modules.insert(lc.target_modules.end(), expert_targets.begin(), expert_targets.end());
   lc.options.r = c.r;
   lc.options.alpha = c.lora_alpha;
   lc.options.dropout = c.lora_dropout;
@@ -213,6 +275,8 @@ std::vector<std::string> load_peft_adapter(nn::Module& model, const std::string&
       w.copy_(it->second.dtype() == w.dtype() ? it->second : to_dtype(it->second, w.dtype()));
     }
   }
+  for (const auto& [fqn, e] : grouped_experts(model))
+    if (e->has_lora()) load_peft_expert_lora(kPrefix + fqn, sd, *e);
   return adapted;
 }
 

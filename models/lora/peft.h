@@ -29,6 +29,9 @@ struct PeftAdapterConfig {
   std::vector<std::string> target_modules;
   /// ... or, when non-empty, the regex form (PEFT: re.fullmatch against the module FQN).
   std::string target_regex;
+  /// PEFT >= 0.17 target_parameters (MoE experts: "experts.gate_up_proj", "experts.down_proj" or
+  /// full "<fqn>.gate_up_proj"; PEFT's rule: the key equals an entry or ends with "." + entry).
+  std::vector<std::string> target_parameters;
   std::string base_model_name_or_path;
 };
 
@@ -41,13 +44,17 @@ PeftAdapterConfig read_peft_config(const std::string& dir);
 /// Writes the adapter of every LoRALinear of `model` into `dir` (created if needed):
 /// adapter_model.safetensors (f32 as held; metadata {"format": "pt"}) and adapter_config.json.
 /// target_modules is the sorted list of the adapted modules' short names when that list
-/// selects exactly the adapted modules, else a regex matching exactly their FQNs.
+/// selects exactly the adapted modules, else a regex matching exactly their FQNs. MoE experts
+/// with LoRA go in PEFT's target_parameters layout (models/lora/peft_experts.h): entries
+/// "experts.gate_up_proj", "experts.down_proj" when every experts module is adapted, else their
+/// full names; target_modules is [] when only experts are adapted.
 /// Errors: no LoRALinear; adapters with different r / alpha / dropout / rsLoRA (PEFT's
 /// rank_pattern is not written); distributed tensors (gather them first).
 void save_peft_adapter(nn::Module& model, const std::string& dir, const std::string& base_model_name_or_path = "");
 
 /// Injects LoRA into `model` as adapter_config.json of `dir` says (targets by PEFT's rule,
-/// dropout on the adapter input as in PEFT) and loads the adapter weights. Returns the FQNs
+/// dropout on the adapter input as in PEFT; target_parameters enable the experts' grouped
+/// adapters, both projections together) and loads the adapter weights. Returns the FQNs
 /// adapted. Errors (naming file and key): the model already has LoRA modules; no module
 /// matches; a key of the file that names no adapted module; an adapted module without
 /// weights in the file; a shape that disagrees with the module.

@@ -8,6 +8,7 @@
 #include "models/transformer/gguf_names.h"
 #include "models/lora/inject.h"
 #include "tensor/autograd/grad_mode.h"
+#include "tensor/nn/moe.h"
 #include "tensor/ops.h"
 
 namespace dtr {
@@ -59,6 +60,13 @@ safetensors::TensorMap model_export_state_dict(CausalLM& model) {
     out[fqn] = t;
   }
   for (const auto& [fqn, lora] : lora_modules(model)) out[fqn + ".weight"] = lora->merged_weight();
+  // Experts with LoRA: W_e + scale B_e A_e per expert (one bmm per projection).
+  for (const auto& [fqn, m] : model.named_modules())
+    if (auto e = std::dynamic_pointer_cast<nn::GroupedExperts>(m); e && e->has_lora())
+      for (const std::string p : {"gate_up_proj", "down_proj"})
+        out[fqn + "." + p] = add(e->parameter(p).detach(), mul(bmm(e->parameter(p + "_lora_B").detach(),
+                                                                   e->parameter(p + "_lora_A").detach()),
+                                                               e->lora_scaling()));
   return out;
 }
 

@@ -43,7 +43,8 @@ void group_expert_weights(const ModelConfig& c, safetensors::TensorMap& sd);
 void load_model_state_dict(CausalLM& model, safetensors::TensorMap sd, const std::string& source);
 
 /// The HF state dict of `model` for export: base weights under HF names, with the update of
-/// every (unmerged) LoRALinear merged in (W + scale * B A) and no lora_A / lora_B keys;
+/// every (unmerged) LoRALinear and of LoRA on MoE experts (per expert) merged in (W + scale * B A)
+/// and no adapter keys;
 /// lm_head.weight left out when tied. Tensors are detached; the model is unchanged.
 safetensors::TensorMap model_export_state_dict(CausalLM& model);
 

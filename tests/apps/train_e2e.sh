@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # End-to-end tests of dtr-train on the CI recipes (configs/ci/*.yaml), run from the repo root:
-#   train_e2e.sh meshes|resume|epochs|padding|cp|errors|moe_ep DTR_TRAIN COMPARE_METRICS [MPIRUN]
+#   train_e2e.sh meshes|resume|epochs|padding|cp|errors|moe_ep|moe_lora DTR_TRAIN COMPARE_METRICS [MPIRUN]
 # meshes: the same 20-step LoRA recipe on 1 rank, dp 2 (FSDP), tp 2, tp 3, HSDP 2x2, dp 2 x tp 2
 #         and tp 2 / tp 3 (uneven sequence shards) with sequence parallelism, dp 2 with
 #         defer_fsdp_grad_sync=false (a reduce-scatter per micro-batch)
@@ -32,6 +32,12 @@
 #         with the splits swapped:  L_moe x (micro-batches x E x 8 + 4 x tokens x k x hidden x 4).
 #         Which rank sends how many rows depends on the routing (checked per rank against the
 #         single-process routing in parallel_test_expert_parallel); the sum over ranks does not.
+# moe_lora: LoRA on attention and on the MoE experts (configs/ci/moe_lora.yaml: peft target
+#         "*.mlp.experts", the tiny HF Qwen3-MoE) with ep 2 (2 ranks), ep 4 and ep 2 x ep_shard 2
+#         (4 ranks) gives the single-process losses within LOSS_RTOL and its PEFT adapter
+#         (target_parameters experts.gate_up_proj / down_proj) within ADAPTER_ATOL; the adapter
+#         loads in PEFT and gives the logits of the merged export (tests/golden/
+#         check_peft_moe_adapter.py, with /work/.venv-ref or $DTR_BENCH_VENV; skipped without).
 set -uo pipefail
 mode="$1"; TRAIN="$2"; CMP="$3"; MPIRUN="${4:-mpirun}"
 # f32 tolerance on the loss over 20 AdamW steps: TP sums partial products in another order and
@@ -47,6 +53,22 @@ run() {  # run NP CONFIG [args...]
 }
 fail() { echo "FAIL: $*"; exit 1; }
 out=out/ci
+# ep_meshes CFG PREFIX CHECK NAME:NP:EP...: runs CFG with distributed.ep_size=EP on NP ranks into
+# $out/PREFIX_NAME, compares its losses with $out/PREFIX_single's, then runs CHECK NAME DIR LOG.
+ep_meshes() {
+  local cfg="$1" prefix="$2" check="$3" spec name np ep d log
+  shift 3
+  for spec in "$@"; do
+    IFS=: read -r name np ep <<<"$spec"
+    d=$out/${prefix}_$name
+    rm -rf "$d"
+    log=$(run "$np" "$cfg" --set distributed.ep_size=$ep --set checkpoint.checkpoint_dir=$d 2>&1) ||
+      { echo "$log" | tail -20; fail "$prefix $name run"; }
+    echo "== $prefix $name ($np ranks, ep $ep) vs single"
+    "$CMP" $out/${prefix}_single/metrics.jsonl $d/metrics.jsonl --rtol $LOSS_RTOL || fail "$prefix $name losses"
+    "$check" "$name" "$d" "$log"
+  done
+}
 
 case "$mode" in
 meshes)
@@ -246,23 +268,40 @@ moe_ep)
   # micro-batches of 1 row
   L=2; E=6; K=2; H=32; MB=12; TOKENS=$((12 * 32))
   expected=$((L * (MB * E * 8 + 4 * TOKENS * K * H * 4)))
+  check_dispatch() {  # NAME DIR LOG
+    local got steps
+    got=$(grep -o '"dispatch_bytes":[0-9]*' "$2/metrics.jsonl" | cut -d: -f2 | sort -u | tr '\n' ' ')
+    steps=$(grep -c '"dispatch_bytes"' "$2/metrics.jsonl")
+    echo "dispatch_bytes per step: $got(expected $expected, $steps steps)"
+    [ "$got" = "$expected " ] && [ "$steps" -eq 8 ] || fail "$1 dispatch_bytes $got != $expected"
+    grep -q "dispatch $(awk -v b=$expected 'BEGIN { printf "%.2f", b / 1048576 }') MiB" <<<"$3" ||
+      fail "$1: no dispatch figure in the progress line"
+  }
   rm -rf $out/moe_single && run 1 $cfg > /dev/null || fail "single run"
   ! grep -q dispatch_bytes $out/moe_single/metrics.jsonl || fail "1-rank run reports dispatch_bytes"
-  for spec in ep2:2:2 ep3:3:3 ep2x2:4:2; do
-    IFS=: read -r name np ep <<<"$spec"
-    d=$out/moe_$name
-    rm -rf "$d"
-    log=$(run "$np" $cfg --set distributed.ep_size=$ep --set checkpoint.checkpoint_dir=$d 2>&1) ||
-      { echo "$log" | tail -20; fail "$name run"; }
-    echo "== $name ($np ranks, ep $ep) vs single"
-    "$CMP" $out/moe_single/metrics.jsonl $d/metrics.jsonl --rtol $LOSS_RTOL || fail "$name losses"
-    got=$(grep -o '"dispatch_bytes":[0-9]*' $d/metrics.jsonl | cut -d: -f2 | sort -u | tr '\n' ' ')
-    steps=$(grep -c '"dispatch_bytes"' $d/metrics.jsonl)
-    echo "dispatch_bytes per step: $got(expected $expected, $steps steps)"
-    [ "$got" = "$expected " ] && [ "$steps" -eq 8 ] || fail "$name dispatch_bytes $got != $expected"
-    grep -q "dispatch $(awk -v b=$expected 'BEGIN { printf "%.2f", b / 1048576 }') MiB" <<<"$log" ||
-      fail "$name: no dispatch figure in the progress line"
-  done
+  ep_meshes $cfg moe check_dispatch ep2:2:2 ep3:3:3 ep2x2:4:2
+  ;;
+moe_lora)
+  cfg=configs/ci/moe_lora.yaml
+  # 6 AdamW steps at lr 1e-2 move an adapter weight by up to 6e-2; the ep runs differ by <= 1.5e-5
+  # (f32 sums in another order, passed on by AdamW's 1 / sqrt(v)); a wrong expert gradient moves
+  # a weight by ~lr per step.
+  ADAPTER_ATOL=1e-4
+  check_adapter() {  # NAME DIR LOG
+    "$(dirname "$CMP")/compare_safetensors" $out/moe_lora_single/adapter/adapter_model.safetensors \
+      "$2/adapter/adapter_model.safetensors" --atol $ADAPTER_ATOL || fail "$1 adapter"
+  }
+  rm -rf $out/moe_lora_single
+  run 1 $cfg --set checkpoint.save_consolidated=true > /dev/null || fail "single run"
+  grep -q '"experts.gate_up_proj"' $out/moe_lora_single/adapter/adapter_config.json || fail "no target_parameters"
+  venv="${DTR_BENCH_VENV:-/work/.venv-ref}"
+  if [ -x "$venv/bin/python" ] && "$venv/bin/python" -c "import peft" 2>/dev/null; then
+    "$venv/bin/python" tests/golden/check_peft_moe_adapter.py tests/golden/qwen3_moe_debug \
+      $out/moe_lora_single/adapter $out/moe_lora_single/consolidated 2>/dev/null || fail "PEFT load of the expert adapter"
+  else
+    echo "SKIP PEFT load: no venv with peft at $venv"
+  fi
+  ep_meshes $cfg moe_lora check_adapter ep2:2:2 ep4:4:4 ep2x2:4:2
   ;;
 *) fail "unknown mode $mode" ;;
 esac

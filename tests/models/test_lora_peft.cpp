@@ -230,3 +230,49 @@ TEST_CASE("PEFT: bad adapter configs and files") {
                     Catch::Contains("adapter_config.json") && Catch::Contains("does not compile"));
   CHECK_THROWS_WITH(save_peft_adapter(*fresh(), dir.file("x")), Catch::Contains("no LoRALinear"));
 }
+
+TEST_CASE("PEFT adapter with target_parameters on Qwen3-MoE experts: load, logits, export, merge") {
+  // tests/golden/make_moe_peft_fixture.py: PEFT 0.21 LoRA on q_proj / o_proj and
+  // target_parameters experts.gate_up_proj / experts.down_proj of the tiny Qwen3-MoE (r 2, alpha 6,
+  // nonzero A and B), the logits of the model PEFT reloaded from that directory.
+  const char* kMoeDir = "tests/golden/qwen3_moe_debug";
+  const char* kMoeAdapter = "tests/golden/qwen3_moe_debug_adapter";
+  const nlohmann::json j = read_json("tests/golden/qwen3_moe_adapter.json");
+  const Tensor ids = from_vector<int64_t>(j["ids"].get<std::vector<int64_t>>(), j["shape"].get<Shape>());
+  auto m = load_model_hf(kMoeDir);
+  m->eval();
+  auto adapted = load_peft_adapter(*m, kMoeAdapter);
+  CHECK(adapted.size() == 3 * 2 + 2);  // q, o of 3 layers + the experts of layers 0 and 2 (1 is dense)
+  CHECK(std::count(adapted.begin(), adapted.end(), "model.layers.2.mlp.experts") == 1);
+  for (auto& [fqn, p] : m->named_parameters()) CHECK(p.requires_grad() == is_lora_parameter(fqn));
+  const Tensor logits = m->forward(ids);
+  const Tensor ref = from_vector<double>(j["logits"].get<std::vector<double>>(), logits.sizes());
+  CHECK(max_abs_diff(to_dtype(logits, DType::f64), ref) < 2e-5);  // f32, as the MoE model golden test
+
+  // export: PEFT's tensors back bit for bit, its target_modules and target_parameters
+  dtr::test::TempDir dir("peft_moe");
+  save_peft_adapter(*m, dir.file("adapter"), kMoeDir);
+  auto ours = safetensors::SafetensorsFile::open(dir.file("adapter") + "/adapter_model.safetensors");
+  auto peft = safetensors::SafetensorsFile::open(std::string(kMoeAdapter) + "/adapter_model.safetensors");
+  auto ok = ours.keys(), pk = peft.keys();
+  std::sort(ok.begin(), ok.end());
+  std::sort(pk.begin(), pk.end());
+  CHECK(ok == pk);  // ...mlp.experts.base_layer.lora_A.weight (gate_up_proj), ...mlp.experts.lora_A.weight (down)
+  for (const auto& k : pk)
+    if (ours.contains(k)) CHECK(max_abs_diff(ours.get(k), peft.get(k)) == 0);
+  auto oc = read_json(dir.file("adapter") + "/adapter_config.json");
+  auto pc = read_json(std::string(kMoeAdapter) + "/adapter_config.json");
+  for (const char* key : {"target_modules", "target_parameters"}) {
+    auto o = oc[key].get<std::vector<std::string>>(), p = pc[key].get<std::vector<std::string>>();
+    std::sort(o.begin(), o.end());
+    std::sort(p.begin(), p.end());
+    CHECK(o == p);
+  }
+
+  // merged export: W_e + scale B_e A_e per expert gives the adapted logits without LoRA
+  save_model_hf(*m, dir.file("merged"));
+  auto merged = load_model_hf(dir.file("merged"));
+  merged->eval();
+  CHECK(lora_modules(*merged).empty());
+  CHECK(max_abs_diff(merged->forward(ids), logits) < 1e-5);
+}
