@@ -1,8 +1,9 @@
 // dtr-bench: the benchmark front end (CLI11 subcommands; `dtr-bench NAME --help` prints the
 // benchmark's options and runs nothing). `dtr-bench <name> [args]` with name one of gemm, ops,
-// dtensor, collectives, fsdp, pipeline, train-step, moe. Each prints dtr beside its reference, measured in
-// the same run, except train-step and moe (bench/moe.h), which time dtr alone (bench/compare/
-// puts them beside PyTorch: run.sh, moe.sh), and pipeline, whose reference is the theory.
+// dtensor, collectives, fsdp, pipeline, train-step, moe, cp-memory. Each prints dtr beside its reference,
+// measured in the same run, except train-step and moe (bench/moe.h), which time dtr alone
+// (bench/compare/ puts them beside PyTorch: run.sh, moe.sh), pipeline, whose reference is the
+// theory, and cp-memory (bench/cp_memory.h: peak memory per rank, one run per world size = cp).
 //
 // dtr-bench train-step [--layers 30] [--hidden 576] [--intermediate 1536] [--heads 9]
 //     [--kv-heads 3] [--vocab 49152] [--seq 256] [--batch 4] [--lora-rank 8] [--lora-alpha 16]
@@ -24,6 +25,7 @@
 #include "bench/dtensor_overhead.h"
 #include "bench/fsdp.h"
 #include "bench/gemm.h"
+#include "bench/cp_memory.h"
 #include "bench/moe.h"
 #ifdef DTR_WITH_CUDA
 #include "bench/gemm_gpu.h"
@@ -58,6 +60,10 @@ int main(int argc, char** argv) {
       {"moe", dtr::bench::bench_moe, "one MoE layer step: tokens/s, expert-GEMM GFLOP/s vs the SGEMM peak",
        "[--tokens N] [--hidden N] [--intermediate N] [--experts N] [--top-k N] [--steps N] [--warmup N] [--threads T] "
        "[--seed S]"},
+      {"cp-memory", dtr::bench::bench_cp_memory,
+       "peak memory per rank of a training step under context parallelism (cp = world; run under mpirun)",
+       "[--seq 4096,8192,16384] [--layers 2] [--hidden 128] [--intermediate 256] [--heads 4] [--kv-heads 2] "
+       "[--vocab 1024] [--threads T]"},
       {"ops", dtr::bench::bench_ops, "per-op dispatch overhead and fused-kernel GB/s vs memcpy", ""},
       {"dtensor", dtr::bench::bench_dtensor, "DTensor dispatch overhead (run under mpirun)", ""},
       {"collectives", dtr::bench::bench_collectives, "ProcessGroup vs raw MPI, nccl-tests style (under mpirun)",
