@@ -86,18 +86,33 @@ std::vector<int64_t> context_parallel_positions(int64_t local_len, int64_t cp_si
 
 Tensor context_parallel_attention(const Tensor& q, const Tensor& k, const Tensor& v,
                                   const std::shared_ptr<ProcessGroup>& pg, bool is_causal, std::optional<double> scale,
-                                  int64_t window) {
+                                  int64_t window, const Tensor& document_ids) {
   DTR_CHECK(q.dim() == 4 && k.dim() == 4 && v.dim() == 4, "context_parallel_attention: expected q [B, Hq, T, D], ",
             "k/v [B, Hkv, T, D], got q ", q.sizes(), ", k ", k.sizes(), ", v ", v.sizes());
   const int64_t P = pg->size(), r = pg->rank(), Tl = q.size(2);
-  if (P == 1) return scaled_dot_product_attention(q, k, v, is_causal, scale, window);
+  SdpaMask mask;
+  if (P == 1) {
+    mask.q_document_ids = document_ids;
+    return scaled_dot_product_attention(q, k, v, is_causal, scale, window, mask);
+  }
   DTR_CHECK(k.size(2) == Tl && v.size(2) == Tl, "context_parallel_attention: q, k, v hold different local lengths: q ",
             q.sizes(), ", k ", k.sizes(), ", v ", v.sizes());
   DTR_CHECK(Tl % 2 == 0, "context_parallel_attention: local sequence length ", Tl,
             " is odd; a load-balanced slice holds two equal chunks");
   const Tensor kf = context_parallel_unshard(k, 2, pg);  // [B, Hkv, P * Tl, D], sequence order
   const Tensor vf = context_parallel_unshard(v, 2, pg);
-  if (!is_causal) return scaled_dot_product_attention(q, kf, vf, false, scale, window);
+  Tensor kd;  // [B, P * Tl]: the keys' document ids, sequence order
+  if (document_ids.defined()) {
+    DTR_CHECK(document_ids.dim() == 2 && document_ids.size(1) == Tl, "context_parallel_attention: document_ids ",
+              document_ids.sizes(), " must be [B, ", Tl, "] (this rank's slice)");
+    NoGradGuard ng;
+    kd = context_parallel_unshard(document_ids, 1, pg).contiguous();
+  }
+  if (!is_causal) {
+    mask.q_document_ids = document_ids;
+    mask.k_document_ids = kd;
+    return scaled_dot_product_attention(q, kf, vf, false, scale, window, mask);
+  }
   // Query chunk i (global positions [i c, (i + 1) c)) against keys [0, (i + 1) c): bottom-right
   // causal alignment is the global-position mask.
   const int64_t c = Tl / 2;
@@ -105,8 +120,12 @@ Tensor context_parallel_attention(const Tensor& q, const Tensor& k, const Tensor
   for (int64_t h = 0; h < 2; ++h) {
     const int64_t i = h == 0 ? r : 2 * P - 1 - r;
     const int64_t keys = (i + 1) * c;
+    if (kd.defined()) {
+      mask.q_document_ids = narrow(document_ids, 1, h * c, c).contiguous();
+      mask.k_document_ids = narrow(kd, 1, 0, keys).contiguous();
+    }
     outs.push_back(scaled_dot_product_attention(narrow(q, 2, h * c, c), narrow(kf, 2, 0, keys), narrow(vf, 2, 0, keys),
-                                                true, scale, window));
+                                                true, scale, window, mask));
   }
   return cat(outs, 2);
 }

@@ -53,10 +53,14 @@ Tensor all_gather_along(const Tensor& x, int64_t dim, const std::shared_ptr<Proc
 /// scaled_dot_product_attention(q_full, k_full, v_full, is_causal, scale, window), [B, Hq, 2c, Dv]:
 /// K / V all-gathered over `pg` (see the file comment), causal mask and window on global
 /// positions. Differentiable in q, k, v. Collective.
+/// `document_ids` (sequence packing; i64 [B, 2c], this rank's slice of the rows' document ids,
+/// undefined = none): attention stays inside each document (SdpaMask: the local ids for the
+/// queries, the all-gathered ones for the keys), as sdpa with q_document_ids on the whole rows.
 /// Errors: an odd local length, q / k / v local lengths that differ, sdpa's shape errors.
 Tensor context_parallel_attention(const Tensor& q, const Tensor& k, const Tensor& v,
                                   const std::shared_ptr<ProcessGroup>& pg, bool is_causal = true,
-                                  std::optional<double> scale = std::nullopt, int64_t window = 0);
+                                  std::optional<double> scale = std::nullopt, int64_t window = 0,
+                                  const Tensor& document_ids = Tensor());
 
 /// A module whose forward runs attention over context-parallel slices once it is given the cp
 /// group (models' attention layers implement it; parallel/ never includes models/).

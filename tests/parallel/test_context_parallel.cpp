@@ -1,8 +1,8 @@
 // Context-parallel ops (parallel/context_parallel.h) against the single process, cp = world size
 // (1-4 ranks): the load-balanced split and its inverse, the global positions of a slice, the
 // differentiable all-gather, and attention over all-gathered K/V (causal, sliding window,
-// non-causal, GQA): each rank's output slice and q / k / v gradients equal the slices of the
-// full-sequence sdpa's.
+// non-causal, GQA, document ids of packed rows): each rank's output slice and q / k / v gradients
+// equal the slices of the full-sequence sdpa's.
 #include <catch2/catch.hpp>
 
 #include "parallel/context_parallel.h"
@@ -85,6 +85,39 @@ TEST_CASE("context_parallel_attention equals the full-sequence sdpa on every sli
     Tensor ql = shard(q), kl = shard(k), vl = shard(v);
     for (Tensor* t : {&ql, &kl, &vl}) t->set_requires_grad(true);
     Tensor out = context_parallel_attention(ql, kl, vl, pg, cs.causal, std::nullopt, cs.window);
+    CHECK(max_diff(out.detach(), shard(ref)) <= kTol);
+    sum(mul(out, shard(w))).backward();
+    CHECK(max_diff(ql.grad(), shard(q.grad())) <= kTol);
+    CHECK(max_diff(kl.grad(), shard(k.grad())) <= kTol);
+    CHECK(max_diff(vl.grad(), shard(v.grad())) <= kTol);
+  }
+}
+
+TEST_CASE("context_parallel_attention with document ids (packed rows) equals sdpa with the document mask") {
+  auto pg = cp_group();
+  const int64_t P = pg->size(), r = pg->rank(), B = 2, Hq = 4, Hkv = 2, T = 48, D = 8;
+  // Row 0: documents of 5, 13, 20, 10 tokens; row 1: 30 tokens then 18 of padding (one more document).
+  std::vector<int64_t> ids;
+  for (auto lens : {std::vector<int64_t>{5, 13, 20, 10}, std::vector<int64_t>{30, 18}})
+    for (size_t d = 0; d < lens.size(); ++d) ids.insert(ids.end(), lens[d], static_cast<int64_t>(d));
+  const Tensor docs = from_vector<int64_t>(ids, {B, T});
+  for (bool causal : {true, false}) {
+    INFO("causal " << causal << " cp " << P);
+    manual_seed(11);
+    const TensorOptions o(DType::f64);
+    Tensor q = normal({B, Hq, T, D}, 0, 1, o), k = normal({B, Hkv, T, D}, 0, 1, o), v = normal({B, Hkv, T, D}, 0, 1, o);
+    Tensor w = normal({B, Hq, T, D}, 0, 1, o);
+    for (Tensor* t : {&q, &k, &v}) t->set_requires_grad(true);
+    SdpaMask mask;
+    mask.q_document_ids = docs;
+    Tensor ref = scaled_dot_product_attention(q, k, v, causal, std::nullopt, causal ? 9 : 0, mask);
+    sum(mul(ref, w)).backward();
+
+    auto shard = [&](const Tensor& t) { return context_parallel_shard(t.detach(), 2, P, r).contiguous(); };
+    Tensor ql = shard(q), kl = shard(k), vl = shard(v);
+    for (Tensor* t : {&ql, &kl, &vl}) t->set_requires_grad(true);
+    const Tensor dl = context_parallel_shard(docs, 1, P, r).contiguous();
+    Tensor out = context_parallel_attention(ql, kl, vl, pg, causal, std::nullopt, causal ? 9 : 0, dl);
     CHECK(max_diff(out.detach(), shard(ref)) <= kTol);
     sum(mul(out, shard(w))).backward();
     CHECK(max_diff(ql.grad(), shard(q.grad())) <= kTol);
