@@ -200,7 +200,7 @@ int bench_train_step(int argc, char** argv) {
 
   MeshContext ctx;
   ctx.world_size = world;
-  ctx.dp_size = ctx.dp_shard_size = world;
+  ctx.dp_size = world;
   if (c.fsdp) {
     ctx.validate("dtr-bench train-step");
     ctx.build_mesh();

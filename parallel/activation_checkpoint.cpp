@@ -95,6 +95,10 @@ CheckpointPolicy checkpoint_policy_from_name(const std::string& name) {
   DTR_ERROR("activation checkpointing: unknown policy '", name, "' (expected full or selective)");
 }
 
+const char* checkpoint_policy_name(CheckpointPolicy policy) {
+  return policy == CheckpointPolicy::selective ? "selective" : "full";
+}
+
 const std::vector<std::string>& selective_ac_save_list() {
   static const std::vector<std::string> l{"mm", "bmm", "sdpa"};
   return l;

@@ -24,6 +24,8 @@ enum class CheckpointPolicy { full, selective };
 /// Parses "full" / "selective" (the recipe's distributed.activation_checkpointing).
 /// Errors: anything else (names the value).
 CheckpointPolicy checkpoint_policy_from_name(const std::string& name);
+/// "full" / "selective".
+const char* checkpoint_policy_name(CheckpointPolicy policy);
 
 /// Op names whose outputs the selective policy saves: mm, bmm, sdpa.
 const std::vector<std::string>& selective_ac_save_list();

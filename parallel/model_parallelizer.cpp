@@ -67,21 +67,17 @@ ParallelizePlan recipe_tp_plan(nn::Module& model, const MeshContext& ctx) {
 }
 
 void parallelize_model(nn::Module& model, const MeshContext& ctx) {
-  DTR_CHECK(ctx.mesh != nullptr, "parallelize_model: MeshContext::build_mesh() was not called");
+  DTR_CHECK(ctx.mesh != nullptr, "parallelize_model: build_mesh() was not called");
   auto p = parallelizer_for(model);
   auto layer_list = p->layers(model);
   auto apply_ac = [&] {
-    if (ctx.activation_checkpointing == "none") return;
-    DTR_CHECK(ctx.activation_checkpointing == "full" || ctx.activation_checkpointing == "selective",
-              "distributed.activation_checkpointing=", ctx.activation_checkpointing,
-              ": expected none, full or selective");
+    if (!ctx.activation_checkpointing) return;
     DTR_CHECK(ctx.activation_checkpointing_scope == "all" || ctx.activation_checkpointing_scope == "layers",
               "distributed.activation_checkpointing_scope=", ctx.activation_checkpointing_scope,
               ": expected all (every decoder layer; 'layers' is a synonym)");
-    const CheckpointPolicy policy = checkpoint_policy_from_name(ctx.activation_checkpointing);
-    for (auto& [fqn, layer] : layer_list) checkpoint_module(*layer, policy);
+    for (auto& [fqn, layer] : layer_list) checkpoint_module(*layer, *ctx.activation_checkpointing);
   };
-  if (ctx.strategy == "ddp") {
+  if (ctx.strategy == DataParallelStrategy::ddp) {
     apply_ac();
     if (ctx.dp_size > 1) replicate(model, ctx.dp_mesh());
     return;
@@ -147,7 +143,7 @@ void parallelize_model(nn::Module& model, const MeshContext& ctx) {
 }
 
 void finish_model_backward(nn::Module& model, const MeshContext& ctx) {
-  if (ctx.strategy == "ddp") {
+  if (ctx.strategy == DataParallelStrategy::ddp) {
     if (ctx.dp_size > 1) replicate_finish_backward(model);
     return;
   }
@@ -156,7 +152,7 @@ void finish_model_backward(nn::Module& model, const MeshContext& ctx) {
 
 void set_model_gradient_sync(nn::Module& model, const MeshContext& ctx, bool last_micro_batch) {
   const bool sync = last_micro_batch || !ctx.defer_fsdp_grad_sync;
-  if (ctx.strategy == "ddp") {
+  if (ctx.strategy == DataParallelStrategy::ddp) {
     if (ctx.dp_size > 1) replicate_set_requires_gradient_sync(model, sync);
     return;
   }

@@ -6,7 +6,7 @@
 //   model:              path (GGUF file or HF dir) | config (debug | {LlamaConfig keys}), dtype
 //   peft:               target_modules, exclude_modules, dim, alpha, dropout, dropout_position,
 //                       use_rslora            (the section's presence turns LoRA on)
-//   distributed:        passed to MeshContext::from_yaml (parallel/mesh_context.h)
+//   distributed:        read by parse_distributed (distributed_config.h) into a MeshContext
 //   dataset:            type (chat_jsonl | text | token_shards | squad | column_mapped), path |
 //                       paths, seq_len (0 = the longest sample, squad / column_mapped only),
 //                       packed_sequence_size, pad_seq_len_divisible, doc_separator,

@@ -143,7 +143,7 @@ int64_t lora_param_count(const LlamaConfig& c, const PeftRecipe& peft) {
 Plan make_plan(const Recipe& r, int world) {
   Plan p;
   p.config = resolve_config(r, p.model_source);
-  p.mesh = MeshContext::from_yaml(r.distributed, world, r.source_of("distributed") + ": distributed");
+  p.mesh = parse_distributed(r.distributed, world, r.source_of("distributed") + ": distributed");
   const int64_t tp = p.mesh.tp_size;
   const auto& c = p.config;
   check_tp_heads(c, tp, p.model_source);
@@ -199,8 +199,8 @@ double estimate_memory(const Recipe& r, const Plan& p) {
   const auto& c = p.config;
   const double bytes = r.model.dtype == "bf16" ? 2.0 : 4.0;
   const double tp = static_cast<double>(p.mesh.tp_size);
-  const bool fsdp = p.mesh.strategy == "fsdp2" && p.mesh.world_size > 1;
-  const double shard = fsdp ? static_cast<double>(p.mesh.dp_size / p.mesh.dp_replicate_size) * tp : tp;
+  const bool fsdp = p.mesh.strategy == DataParallelStrategy::fsdp2 && p.mesh.world_size > 1;
+  const double shard = fsdp ? static_cast<double>(p.mesh.dp_shard_size()) * tp : tp;
   const double L = static_cast<double>(c.num_hidden_layers);
   const double per_layer = (static_cast<double>(llama_param_count(c)) -
                             static_cast<double>(c.vocab_size * c.hidden_size) * (c.tie_word_embeddings ? 1 : 2)) /

@@ -10,7 +10,7 @@
 #include "models/data/sample.h"
 #include "models/formats/hf_config.h"
 #include "models/transformer/causal_lm.h"
-#include "parallel/mesh_context.h"
+#include "apps/train/distributed_config.h"
 
 namespace dtr::train {
 

@@ -1,8 +1,7 @@
 // The debug Llama with LoRA under tensor parallelism (the Llama TP plan, with and without
 // sequence parallelism) equals the single-process model: loss and every LoRA gradient. Also
-// MeshContext parsing / validation and the heads % tp check of the Llama parallelizer.
+// the heads % tp check of the Llama parallelizer.
 #include <catch2/catch.hpp>
-#include <yaml-cpp/yaml.h>
 
 #include "gradcheck.h"
 #include "models/transformer/causal_lm.h"
@@ -36,47 +35,18 @@ std::shared_ptr<LlamaForCausalLM> make_model() {
   return m;
 }
 
-MeshContext ctx_from(const std::string& yaml, int64_t world) {
-  return MeshContext::from_yaml(YAML::Load(yaml), world, "test.yaml: distributed");
+/// dp = world / tp, the rest default.
+MeshContext tp_ctx(int64_t tp, bool sequence_parallel, int64_t world) {
+  MeshContext c;
+  c.world_size = world;
+  c.tp_size = tp;
+  c.sequence_parallel = sequence_parallel;
+  c.infer_dp_size("test");
+  c.validate("test");
+  return c;
 }
 
 }  // namespace
-
-TEST_CASE("MeshContext derives dp and rejects bad settings with named keys", "[mesh_context]") {
-  MeshContext c = ctx_from("{tp_size: 2}", 8);
-  CHECK(c.dp_size == 4);
-  CHECK(c.strategy == "fsdp2");
-  CHECK_THROWS_WITH(ctx_from("{tp_size: 3}", 4), Catch::Contains("tp_size") && Catch::Contains("not divisible"));
-  CHECK_THROWS_WITH(ctx_from("{dp_size: 3}", 4), Catch::Contains("!= world size 4"));
-  CHECK_THROWS_WITH(ctx_from("{tp_sise: 2}", 4), Catch::Contains("unknown key 'tp_sise'"));
-  CHECK_THROWS_WITH(ctx_from("{pp_size: 2}", 4), Catch::Contains("pp_size=2"));
-  CHECK_THROWS_WITH(ctx_from("{strategy: megatron_fsdp}", 4), Catch::Contains("megatron_fsdp"));
-  CHECK_THROWS_WITH(ctx_from("{dp_replicate_size: 3}", 4), Catch::Contains("dp_replicate_size=3"));
-  CHECK_THROWS_WITH(ctx_from("{tp_size: two}", 4), Catch::Contains("tp_size") && Catch::Contains("integer"));
-  // 7 x 7905747460161236407 = 1 (mod 2^64): wrapped to the world size and passed before.
-  CHECK_THROWS_WITH(ctx_from("{dp_size: 7, tp_size: 7905747460161236407}", 1), Catch::Contains("overflows int64"));
-  CHECK_THROWS_WITH(ctx_from("{tp_size: 7, cp_size: 7905747460161236407}", 1), Catch::Contains("overflows int64"));
-  CHECK(ctx_from("{dp_replicate_size: 2, mp_policy: {param_dtype: bf16, reduce_dtype: float32}}", 4).mp_policy.param_dtype ==
-        DType::bf16);
-  CHECK(c.defer_fsdp_grad_sync);
-  CHECK_FALSE(ctx_from("{defer_fsdp_grad_sync: false}", 4).defer_fsdp_grad_sync);
-  CHECK_THROWS_WITH(ctx_from("{defer_fsdp_grad_sync: maybe}", 4), Catch::Contains("defer_fsdp_grad_sync: expected true or false"));
-  CHECK_FALSE(c.offload_policy.enabled);
-  const MeshContext off =
-      ctx_from("{offload_policy: {_target_: torch.distributed.fsdp.CPUOffloadPolicy, pin_memory: false}}", 4);
-  CHECK(off.offload_policy.enabled);
-  CHECK_FALSE(off.offload_policy.pin_memory);
-  CHECK(off.str().find("offload_policy=cpu") != std::string::npos);
-  CHECK(ctx_from("{offload_policy: true}", 4).offload_policy.enabled);
-  CHECK_FALSE(ctx_from("{offload_policy: {_target_: torch.distributed.fsdp.OffloadPolicy}}", 4).offload_policy.enabled);
-  CHECK_THROWS_WITH(ctx_from("{offload_policy: {pin: true}}", 4), Catch::Contains("offload_policy: unknown key 'pin'"));
-  CHECK_THROWS_WITH(ctx_from("{offload_policy: {_target_: my.Offload}}", 4),
-                    Catch::Contains("offload_policy._target_='my.Offload'"));
-  CHECK_THROWS_WITH(ctx_from("{strategy: ddp, mp_policy: {param_dtype: bf16}}", 4),
-                    Catch::Contains("mp_policy") && Catch::Contains("strategy=ddp"));
-  CHECK_THROWS_WITH(ctx_from("{strategy: ddp, offload_policy: true}", 4),
-                    Catch::Contains("offload_policy") && Catch::Contains("strategy=ddp"));
-}
 
 TEST_CASE("Llama parallelizer checks heads against tp", "[llama][tp]") {
   auto m = make_model();
@@ -148,7 +118,7 @@ TEST_CASE("parallelize_model: Llama + LoRA on dp x tp equals the single process"
   // Sequence parallel with T = 7 (uneven shards on tp 2): TP only on 2 ranks, FSDP + TP on 4.
   for (bool sp : {false, true}) {
   INFO("sequence_parallel " << sp);
-  MeshContext ctx = ctx_from("{tp_size: " + std::to_string(tp) + ", sequence_parallel: " + (sp ? "true" : "false") + "}", w);
+  MeshContext ctx = tp_ctx(tp, sp, w);
   ctx.build_mesh();
   const int64_t dp = ctx.dp_size, per = 2, B = per * dp, T = sp ? 7 : 8, V = llama_debug_config().vocab_size;
   manual_seed(11);

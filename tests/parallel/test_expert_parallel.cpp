@@ -196,7 +196,7 @@ MeshContext make_ctx(const Config& c) {
   ctx.dp_size = world_size() / c.tp;
   ctx.dp_replicate_size = c.dp_replicate;
   ctx.ep_size = c.ep;
-  ctx.activation_checkpointing = c.ac;
+  if (c.ac != "none") ctx.activation_checkpointing = checkpoint_policy_from_name(c.ac);
   ctx.validate("test");
   ctx.build_mesh();
   return ctx;
@@ -296,9 +296,9 @@ TEST_CASE("ep_size errors are one line naming the sizes", "[ep][moe]") {
   ctx.ep_size = 8;
   CHECK_THROWS_WITH(ctx.validate("distributed"), Catch::Contains("ep_size=8"));
   ctx.ep_size = 2;
-  ctx.strategy = "ddp";
+  ctx.strategy = DataParallelStrategy::ddp;
   CHECK_THROWS_WITH(ctx.validate("distributed"), Catch::Contains("ddp does not support ep_size=2"));
-  ctx.strategy = "fsdp2";
+  ctx.strategy = DataParallelStrategy::fsdp2;
   ctx.sequence_parallel = true;
   CHECK_THROWS_WITH(ctx.validate("distributed"), Catch::Contains("sequence_parallel"));
   ctx.sequence_parallel = false;

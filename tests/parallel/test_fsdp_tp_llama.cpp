@@ -95,7 +95,7 @@ TEST_CASE("FSDP + TP: debug Llama (full fine-tune and LoRA) equals the single-pr
       ctx.world_size = 4;
       ctx.dp_size = 2;
       ctx.tp_size = 2;
-      ctx.activation_checkpointing = "selective";
+      ctx.activation_checkpointing = CheckpointPolicy::selective;
       ctx.validate("test");
       ctx.build_mesh();
       auto m = make_llama(lora);

@@ -1,9 +1,7 @@
 // distributed.tp_plan (a recipe's module-name pattern -> style name map) on a model that has no
 // parallelizer sidecar: TP 2 on 2 ranks and FSDP + TP (dp 2 x tp 2) on 4 give the single-process
 // losses and parameters over 5 AdamW steps; without a plan such a model is a one-line error, and
-// so is a pattern that matches no module. (1 and 3 ranks: parsing and the errors only.)
-#include <yaml-cpp/yaml.h>
-
+// so is a pattern that matches no module. (1 and 3 ranks: the style names and errors only.)
 #include "gradcheck.h"
 #include "parallel/model_parallelizer.h"
 #include "parallel/tensor_parallel/plan_from_names.h"
@@ -28,24 +26,22 @@ std::shared_ptr<BareNet> make_bare() {
   return std::make_shared<BareNet>();
 }
 
-MeshContext ctx_from(const std::string& yaml) {
-  MeshContext c = MeshContext::from_yaml(YAML::Load(yaml), world_size(), "test.yaml: distributed");
+/// tp_size `tp`, dp the rest, and the recipe's plan entries (apps/train/distributed_config.h
+/// reads them; test_distributed_config checks the parsing).
+MeshContext tp_ctx(int64_t tp, std::vector<std::pair<std::string, std::string>> plan = {}) {
+  MeshContext c;
+  c.world_size = world_size();
+  c.tp_size = tp;
+  c.tp_plan = std::move(plan);
+  c.infer_dp_size("test");
+  c.validate("test");
   c.build_mesh();
   return c;
 }
 
 }  // namespace
 
-TEST_CASE("distributed.tp_plan parses style names and rejects bad ones in one line", "[tp_plan]") {
-  const MeshContext c = MeshContext::from_yaml(
-      YAML::Load("{tp_plan: {emb: embedding_rowwise, 'layers.*.fc1': colwise, head: colwise_rep}}"), 1, "t: distributed");
-  REQUIRE(c.tp_plan.size() == 3);
-  CHECK(c.tp_plan[1] == std::pair<std::string, std::string>{"layers.*.fc1", "colwise"});  // recipe order kept
-  CHECK_THROWS_WITH(MeshContext::from_yaml(YAML::Load("{tp_plan: {head: diagonal}}"), 1, "t: distributed"),
-                    Catch::Contains("t: distributed.tp_plan.head: unknown tensor-parallel style 'diagonal'") &&
-                        Catch::Contains("colwise_rep"));
-  CHECK_THROWS_WITH(MeshContext::from_yaml(YAML::Load("{tp_plan: [colwise]}"), 1, "t: distributed"),
-                    Catch::Contains("t: distributed.tp_plan: expected a map of module-name pattern -> style"));
+TEST_CASE("plan_from_names: Automodel's style names", "[tp_plan]") {
   // The styles: Automodel's translation, and its loss-parallel lm_head.
   ParallelizePlan p = plan_from_names({{"a", "rowwise_rep"}, {"lm_head", "colwise_rep"}, {"b", "colwise_rep"}}, "w");
   CHECK(p[0].second->type_name() == "RowwiseParallel");
@@ -60,19 +56,21 @@ TEST_CASE("distributed.tp_plan: TP for a model without a sidecar equals the sing
   const int w = world_size();
   auto bare = make_bare();
   if (w > 1) {
-    MeshContext tp_no_plan = ctx_from("{tp_size: " + std::to_string(w) + "}");
+    MeshContext tp_no_plan = tp_ctx(w);
     CHECK_THROWS_WITH(parallelize_model(*bare, tp_no_plan),
                       Catch::Contains("no tensor-parallel plan for model type BareNet") &&
                           Catch::Contains("distributed.tp_plan"));
-    MeshContext bad = ctx_from("{tp_size: " + std::to_string(w) + ", tp_plan: {'layers.*.fc3': colwise}}");
+    MeshContext bad = tp_ctx(w, {{"layers.*.fc3", "colwise"}});
     CHECK_THROWS_WITH(parallelize_model(*make_bare(), bad),
                       Catch::Contains("distributed.tp_plan: pattern 'layers.*.fc3' matches no module of BareNet") &&
                           Catch::Contains("layers.0.fc1"));
   }
   if (w % 2 != 0) return;
   const RunResult ref = reference_run({}, /*sgd=*/false);
-  MeshContext ctx = ctx_from("{tp_size: 2, tp_plan: {emb: embedding_rowwise, 'layers.*.fc1': colwise, "
-                             "'layers.*.fc2': rowwise, head: colwise_rep}}");
+  MeshContext ctx = tp_ctx(2, {{"emb", "embedding_rowwise"},
+                                 {"layers.*.fc1", "colwise"},
+                                 {"layers.*.fc2", "rowwise"},
+                                 {"head", "colwise_rep"}});
   INFO("dp " << ctx.dp_size << " x tp 2");
   auto net = make_bare();
   parallelize_model(*net, ctx);
