@@ -151,11 +151,12 @@ TEST_CASE("distributed.tp_plan equal to the Llama sidecar's plan: same result as
   if (w % 2 != 0) return;  // TP 2 on 2 ranks, dp 2 x tp 2 on 4
   // Hugging Face's LlamaForCausalLM base_model_tp_plan as style names (lm_head colwise_rep: the
   // loss-parallel lm_head, as Automodel translates it).
-  const std::string plan =
-      "tp_plan: {model.embed_tokens: embedding_rowwise, 'model.layers.*.self_attn.q_proj': colwise, "
-      "'model.layers.*.self_attn.k_proj': colwise, 'model.layers.*.self_attn.v_proj': colwise, "
-      "'model.layers.*.self_attn.o_proj': rowwise, 'model.layers.*.mlp.gate_proj': colwise, "
-      "'model.layers.*.mlp.up_proj': colwise, 'model.layers.*.mlp.down_proj': rowwise, lm_head: colwise_rep}";
+  const std::vector<std::pair<std::string, std::string>> plan{
+      {"model.embed_tokens", "embedding_rowwise"},  {"model.layers.*.self_attn.q_proj", "colwise"},
+      {"model.layers.*.self_attn.k_proj", "colwise"}, {"model.layers.*.self_attn.v_proj", "colwise"},
+      {"model.layers.*.self_attn.o_proj", "rowwise"}, {"model.layers.*.mlp.gate_proj", "colwise"},
+      {"model.layers.*.mlp.up_proj", "colwise"},      {"model.layers.*.mlp.down_proj", "rowwise"},
+      {"lm_head", "colwise_rep"}};
   const int64_t per = 2, T = 8, V = llama_debug_config().vocab_size;
   manual_seed(11);
   Tensor ids = to_dtype(mul(rand({per * (w / 2), T}), static_cast<double>(V - 1)), DType::i64);
@@ -165,7 +166,8 @@ TEST_CASE("distributed.tp_plan equal to the Llama sidecar's plan: same result as
   std::map<bool, std::map<std::string, Tensor>> grads;
   for (bool recipe : {false, true}) {
     INFO((recipe ? "distributed.tp_plan" : "sidecar plan") << ", dp " << w / 2 << " x tp 2");
-    MeshContext ctx = ctx_from("{tp_size: 2" + (recipe ? ", " + plan : std::string()) + "}", w);
+    MeshContext ctx = tp_ctx(2, false, w);
+    if (recipe) ctx.tp_plan = plan;
     REQUIRE(ctx.tp_plan.size() == (recipe ? 9u : 0u));
     ctx.build_mesh();
     auto m = make_model();
@@ -196,7 +198,8 @@ TEST_CASE("distributed.tp_plan equal to the Llama sidecar's plan: same result as
   }
   // A plan that would split Llama's 2 kv heads over 4 ranks is refused (the sidecar replicates them).
   if (w == 4) {
-    MeshContext ctx = ctx_from("{tp_size: 4, " + plan + "}", w);
+    MeshContext ctx = tp_ctx(4, false, w);
+    ctx.tp_plan = plan;
     ctx.build_mesh();
     CHECK_THROWS_WITH(parallelize_model(*make_model(), ctx),
                       Catch::Contains("self_attn.k_proj colwise with distributed.tp_size=4 > num_key_value_heads=2"));

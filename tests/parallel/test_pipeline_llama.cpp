@@ -115,10 +115,9 @@ Run pipelined(const Setup& s, int m) {
   ctx.pp_size = s.pp;
   ctx.dp_size = s.dp;
   ctx.dp_replicate_size = s.dp_replicate;
-  ctx.dp_shard_size = s.dp / s.dp_replicate;
   ctx.tp_size = s.tp;
   ctx.sequence_parallel = s.sp;
-  if (s.ac) ctx.activation_checkpointing = "full";
+  if (s.ac) ctx.activation_checkpointing = CheckpointPolicy::full;
   ctx.build_mesh();
   const int pp_rank = static_cast<int>(ctx.mesh->coordinate(0));
   auto pp_group = ctx.mesh->group("pp");
