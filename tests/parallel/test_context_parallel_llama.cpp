@@ -155,7 +155,7 @@ TEST_CASE("context parallel through parallelize_model: 5 AdamW steps equal the s
     ctx.dp_replicate_size = mm.dp_replicate;
     ctx.cp_size = mm.cp;
     ctx.tp_size = mm.tp;
-    ctx.activation_checkpointing = mm.ac;
+    if (mm.ac != "none") ctx.activation_checkpointing = checkpoint_policy_from_name(mm.ac);
     ctx.sequence_parallel = mm.sp;
     ctx.validate("test");
     ctx.build_mesh();
