@@ -151,6 +151,12 @@ Plan make_plan(const Recipe& r, int world) {
             " has no MoE block (expert parallelism needs a MoE family: qwen3_moe, mixtral)");
   DTR_CHECK(c.num_experts == 0 || c.num_experts % p.mesh.ep_size == 0, "distributed.ep_size=", p.mesh.ep_size,
             " does not divide num_experts=", c.num_experts, " (", p.model_source, ")");
+  DTR_CHECK(c.num_experts == 0 || c.router_aux_loss_coef == 0 || !p.mesh.activation_checkpointing,
+            "distributed.activation_checkpointing=",
+            p.mesh.activation_checkpointing ? checkpoint_policy_name(*p.mesh.activation_checkpointing) : "none",
+            " with router_aux_loss_coef=",
+            c.router_aux_loss_coef, ": the MoE load-balancing loss under activation checkpointing is not built (",
+            p.model_source, "; use activation_checkpointing: none, or router_aux_loss_coef: 0)");
   p.dp_size = p.mesh.dp_size;
   const auto& st = r.step_scheduler;
   const int64_t per_step = st.local_batch_size * p.dp_size;

@@ -139,6 +139,15 @@ TEST_CASE("recipe: MoE parameter count holds every expert") {
   CHECK(p.total_params == 256 * 32 * 2 + 32 + 2 * layer);
   CHECK(p.total_params == 41536);
   CHECK(p.trainable_params == p.total_params);
+  // the aux loss under activation checkpointing: found before allocating (a rank error mid-step before)
+  const std::string e = error_of([] {
+    make_plan(load_recipe("configs/ci/moe.yaml", {"distributed.activation_checkpointing=true"}), 1);
+  });
+  CHECK(e.find("load-balancing loss under activation checkpointing is not built") != std::string::npos);
+  CHECK(error_of([] {
+          make_plan(load_recipe("configs/ci/moe.yaml", {"distributed.activation_checkpointing=true",
+                                                        "model.config.router_aux_loss_coef=0"}), 1);
+        }).empty());
 }
 
 TEST_CASE("recipe: plan derives accumulation and parameter counts") {
