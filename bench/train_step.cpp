@@ -23,10 +23,14 @@
 #include "parallel/model_parallelizer.h"
 #include "runtime/env.h"
 #include "tensor/autograd/grad_mode.h"
+#include "tensor/nn/to_device.h"
 #include "tensor/ops.h"
 #include "tensor/optim/adamw.h"
 #include "tensor/profiler.h"
 #include "tensor/random.h"
+#ifdef DTR_WITH_CUDA
+#include "tensor/cuda/cuda_context.h"
+#endif
 
 namespace dtr::bench {
 namespace {
@@ -94,10 +98,12 @@ struct Phases {
 constexpr const char* kHelp =
     "dtr-bench train-step [--layers 30] [--hidden 576] [--intermediate 1536] [--heads 9] [--kv-heads 3]\n"
     "    [--vocab 49152] [--seq 256] [--batch 4] [--lora-rank 8] [--lora-alpha 16] [--steps 10] [--warmup 2]\n"
-    "    [--threads T] [--full-ft] [--fsdp]\n"
+    "    [--threads T] [--full-ft] [--fsdp] [--device cpu|cuda]\n"
     "Llama (SmolLM2-135M shape by default, tied embeddings), random init, random token ids and labels\n"
     "(fixed seed, labels unshifted), LoRA on q,k,v,o,gate,up,down (--full-ft: all weights trainable),\n"
     "AdamW lr 1e-4; --fsdp under mpirun: fully_shard per decoder layer + root over the world.\n"
+    "--device cuda: model, step and optimizer on the GPU of each rank's local rank (the batch is copied\n"
+    "in once, the loss read back each step; phases are timed after a device synchronisation; no MFU).\n"
     "Model FLOPs per step (T = batch*seq tokens, N = weights entering a matmul: all decoder Linears +\n"
     "lm_head hidden*vocab, embedding lookup 0; attention counts the full SxS square like PaLM/torchtitan):\n"
     "  attention = 12*L*H*D*S*T\n"
@@ -144,11 +150,26 @@ int parse(int argc, char** argv, TrainStepConfig& c) {
     else if (a == "--threads") ok = next_int(c.threads, 1);
     else if (a == "--full-ft") c.full_ft = true;
     else if (a == "--fsdp") c.fsdp = true;
-    else ok = false;
+    else if (a == "--device") {
+      ok = i + 1 < argc;
+      if (ok) c.device = argv[++i];
+      ok = ok && (c.device == "cpu" || c.device == "cuda");
+    } else ok = false;
     if (!ok) {
       if (rank() == 0) std::fprintf(stderr, "dtr-bench train-step: bad argument '%s'\n%s", a.c_str(), kHelp);
       return 2;
     }
+  }
+  if (c.device == "cuda" && cuda_device() < 0) {
+    if (rank() == 0)
+      std::fprintf(stderr, "dtr-bench train-step: --device cuda: no CUDA device visible to this rank%s\n",
+#ifdef DTR_WITH_CUDA
+                   ""
+#else
+                   " (dtr was built without CUDA)"
+#endif
+      );
+    return 2;
   }
   if (c.hidden % c.heads != 0 || c.heads % c.kv_heads != 0) {
     if (rank() == 0)
@@ -201,9 +222,10 @@ int bench_train_step(int argc, char** argv) {
   MeshContext ctx;
   ctx.world_size = world;
   ctx.dp_size = world;
+  const Device dev = c.device == "cuda" ? Device::cuda(cuda_device()) : Device::cpu();
   if (c.fsdp) {
     ctx.validate("dtr-bench train-step");
-    ctx.build_mesh();
+    ctx.build_mesh(dev);
   }
 
   manual_seed(1234);
@@ -215,6 +237,7 @@ int bench_train_step(int argc, char** argv) {
     lc.options.alpha = c.lora_alpha;
     apply_lora(*model, lc);
   }
+  nn::module_to_device(*model, dev);
   int64_t total = 0, trainable = 0;
   for (const auto& [n, p] : model->named_parameters()) {
     total += p.numel();
@@ -234,21 +257,33 @@ int bench_train_step(int argc, char** argv) {
   std::vector<int64_t> ids_v(static_cast<size_t>(c.batch * c.seq)), lab_v(ids_v.size());
   for (auto& x : ids_v) x = tok(gen);
   for (auto& x : lab_v) x = tok(gen);
-  const Tensor ids = from_vector<int64_t>(ids_v, {c.batch, c.seq});
-  const Tensor labels = from_vector<int64_t>(lab_v, {c.batch, c.seq});
+  const Tensor ids = from_vector<int64_t>(ids_v, {c.batch, c.seq}).to(dev);
+  const Tensor labels = from_vector<int64_t>(lab_v, {c.batch, c.seq}).to(dev);
 
-  const double peak = sgemm_peak_flops();
+  const bool gpu = dev.is_cuda();
+  const double peak = gpu ? 0.0 : sgemm_peak_flops();  // MFU against the CPU SGEMM peak only
+  // CUDA: kernels run asynchronously; a phase ends when its work on the device ended.
+  auto sync = [gpu] {
+#ifdef DTR_WITH_CUDA
+    if (gpu) cuda::synchronize();
+#else
+    (void)gpu;
+#endif
+  };
   Phases ph;
   double loss_v = 0;
   auto step = [&](bool record) {
     const double c0 = fsdp_exposed_comm_seconds(), t0 = now_s();
     Tensor loss = causal_lm_loss(model->call(ids), labels, false);
+    sync();
     const double c1 = fsdp_exposed_comm_seconds(), t1 = now_s();
     loss.backward();
     if (c.fsdp) finish_model_backward(*model, ctx);
+    sync();
     const double c2 = fsdp_exposed_comm_seconds(), t2 = now_s();
     optimizer.step();
     optimizer.zero_grad();
+    sync();
     const double c3 = fsdp_exposed_comm_seconds(), t3 = now_s();
     loss_v = static_cast<double>(loss.detach().item<float>());
     const double t4 = now_s();
@@ -281,10 +316,10 @@ int bench_train_step(int argc, char** argv) {
   const double rss = static_cast<double>(all_ranks_max(static_cast<int64_t>(peak_rss_mib() * 1024.0))) / 1024.0;
   const double ms = 1e3;
   if (root) {
-    std::printf("dtr-bench train-step: %s, %lld layers hidden %lld inter %lld heads %lld/%lld vocab %lld, "
+    std::printf("dtr-bench train-step: %s on %s, %lld layers hidden %lld inter %lld heads %lld/%lld vocab %lld, "
                 "batch %lld x seq %lld per rank, world %d, %d threads/rank; %lld params, %lld trainable; "
                 "%d timed steps after %d warm-up; loss %.4f\n",
-                c.full_ft ? "full fine-tune" : "LoRA", static_cast<long long>(c.layers),
+                c.full_ft ? "full fine-tune" : "LoRA", dev.str().c_str(), static_cast<long long>(c.layers),
                 static_cast<long long>(c.hidden), static_cast<long long>(c.intermediate),
                 static_cast<long long>(c.heads), static_cast<long long>(c.kv_heads), static_cast<long long>(c.vocab),
                 static_cast<long long>(c.batch), static_cast<long long>(c.seq), world, num_threads(),
@@ -323,10 +358,13 @@ int bench_train_step(int argc, char** argv) {
     for (const auto& e : ops)
       std::printf("  %-36s %7.0f %8.2f %8.1f%%\n", e.name.c_str(), static_cast<double>(e.calls) / n_steps,
                   e.seconds / n_steps * ms, 100.0 * e.seconds / sum_steps);
+    char mfu_pct[32];
+    std::snprintf(mfu_pct, sizeof mfu_pct, "%.1f%%", 100.0 * flops / step_s / (peak * world));
+    const std::string mfu = gpu ? std::string("n/a on cuda") : std::string(mfu_pct);
     std::printf("\nmodel FLOPs/step %.4g (%s; see bench/train_step.h), %.2f GFLOP/s, SGEMM peak %.2f GFLOP/s/rank, "
-                "MFU %.1f%%, %.1f tokens/s, peak RSS %.1f MiB (max over ranks), CPU %.1f ms/step (rank 0)\n",
+                "MFU %s, %.1f tokens/s, peak RSS %.1f MiB (max over ranks), CPU %.1f ms/step (rank 0)\n",
                 flops, c.full_ft ? "6NT + attention" : "4NT + LoRA + attention", flops / step_s * 1e-9,
-                peak * 1e-9, 100.0 * flops / step_s / (peak * world), tokens / step_s, rss, cpu_step * ms);
+                peak * 1e-9, mfu.c_str(), tokens / step_s, rss, cpu_step * ms);
     nlohmann::json j;
     j["bench"] = "train-step";
     j["framework"] = "dtr";
@@ -335,7 +373,8 @@ int bench_train_step(int argc, char** argv) {
     j["model_flops_per_step"] = flops;
     j["model_flops_per_s"] = flops / step_s;
     j["sgemm_peak_flops"] = peak;
-    j["mfu"] = flops / step_s / (peak * world);
+    j["mfu"] = gpu ? nlohmann::json() : nlohmann::json(flops / step_s / (peak * world));
+    j["device"] = dev.str();
     j["peak_rss_mib"] = rss;
     j["cpu_ms_per_step"] = cpu_step * ms;  // rank 0, all its threads
     j["loss"] = loss_v;

@@ -1,4 +1,5 @@
 #pragma once
+#include <string>
 // dtr-bench train-step: one Llama training step (LoRA by default, full fine-tune with
 // --full-ft, FSDP over the world with --fsdp) timed by phase and by op, with the model FLOPs
 // of the step, so that the next optimisation targets the largest share and so that the PyTorch
@@ -17,6 +18,7 @@ struct TrainStepConfig {
   double lora_alpha = 16;
   int steps = 10, warmup = 2, threads = 0;  // threads 0: keep the runtime's setting
   bool full_ft = false, fsdp = false;
+  std::string device = "cpu";  // cpu | cuda (each rank the GPU of its local rank)
 };
 
 /// Model FLOPs of one training step (per rank, for its local batch). Let T = batch * seq

@@ -76,14 +76,14 @@ void ParallelDims::validate(const std::string& where) const {
             " (experts are sharded over data-parallel ranks)");
 }
 
-void ParallelDims::build_mesh() {
+void ParallelDims::build_mesh(Device device) {
   Shape sizes;
   std::vector<std::string> names;
   for (const auto& [name, v] : mesh_dims()) {
     names.push_back(name);
     sizes.push_back(v);
   }
-  mesh = std::make_shared<DeviceMesh>(sizes, names);
+  mesh = std::make_shared<DeviceMesh>(sizes, names, device);
   mesh->flatten({"dp_replicate", "dp_shard"}, "dp");
   mesh->flatten({"dp_shard", "cp"}, "dp_shard_cp");
   mesh->flatten({"dp_replicate", "dp_shard", "cp"}, "dp_cp");

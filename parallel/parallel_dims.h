@@ -50,9 +50,10 @@ struct ParallelDims {
   /// Errors: dtr::Error, one line naming the key and the numbers.
   void validate(const std::string& where) const;
 
-  /// Creates `mesh` with its flattened dims, and `moe_mesh` when ep_size > 1 (collective:
-  /// every rank calls it).
-  void build_mesh();
+  /// Creates `mesh` with its flattened dims, and `moe_mesh` when ep_size > 1, on `device` (the
+  /// FSDP / TP buffers and collectives then live there: MPI for CPU, NCCL or MPI staging for
+  /// CUDA). Collective: every rank calls it.
+  void build_mesh(Device device = Device::cpu());
   /// The 5-d mesh (pp, dp_replicate, dp_shard, cp, tp); built by build_mesh().
   std::shared_ptr<DeviceMesh> mesh;
   /// ep_size > 1: the MoE mesh (pp, dp_replicate, ep_shard, ep, tp) over the same ranks, ep

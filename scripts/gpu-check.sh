@@ -3,12 +3,15 @@
 # H200: under 8 minutes). Steps:
 #   1. checks that a GPU is visible (nvidia-smi), else fails at once;
 #   2. builds the CUDA backend (Release, sm_90: -DCMAKE_CUDA_ARCHITECTURES=90) in build-gpu-check/:
-#      the CUDA tests first (their results come even if the rest is slow), then dtr-bench;
+#      the CUDA tests and dtr-train first (their results come even if the rest is slow), then
+#      dtr-bench;
 #   3. runs the CUDA-labelled tests (`ctest -L cuda`: every CUDA kernel against the CPU backend,
-#      forward and backward; allocator; copies; GEMM; collectives on CUDA tensors) with
-#      DTR_TEST_REQUIRE_CUDA=1, so that a test that would skip for lack of a GPU fails;
-#   4. runs a 1-GPU LoRA training step benchmark when dtr-bench train-step accepts --device
-#      (else says that it is skipped);
+#      forward and backward; allocator; copies; GEMM; collectives on CUDA tensors; fully_shard,
+#      replicate, TP styles and loss parallel on a CUDA mesh vs the CPU (2 ranks on the GPU);
+#      train_cuda_train: 3 dtr-train steps of the debug model with model.device: cuda vs the CPU
+#      run) with DTR_TEST_REQUIRE_CUDA=1, so that a test that would skip for lack of a GPU fails;
+#   4. runs the 1-GPU LoRA training step benchmark (dtr-bench train-step --device cuda, SmolLM2-135M
+#      shape, LoRA r 8) when dtr-bench train-step accepts --device (else says that it is skipped);
 #   5. runs `dtr-bench gemm-gpu` (cuBLASLt TFLOP/s for transformer shapes vs raw cuBLAS peak);
 #   6. writes a summary to $OUT/gpu-summary.txt when $OUT is set, else out/gpu-summary.txt.
 # Exit status: 0 when every step passed, 1 otherwise (the summary says which step failed).
@@ -59,7 +62,7 @@ say "== build (Release, CUDA sm_90, -j$JOBS) =="
 T0=$(date +%s)
 if timeout 330 cmake -S . -B "$BUILD_DIR" -G Ninja -DDTR_CUDA=ON -DCMAKE_BUILD_TYPE=Release \
      -DCMAKE_CUDA_ARCHITECTURES=90 -DCMAKE_CUDA_COMPILER="$NVCC" >"$LOGDIR/cmake.log" 2>&1 &&
-   timeout 330 ninja -C "$BUILD_DIR" -j"$JOBS" tests/cuda/all >"$LOGDIR/build.log" 2>&1; then
+   timeout 330 ninja -C "$BUILD_DIR" -j"$JOBS" tests/cuda/all dtr-train compare_metrics >"$LOGDIR/build.log" 2>&1; then
   say "build: ok in $(( $(date +%s) - T0 ))s"
 else
   tail -30 "$LOGDIR/build.log" "$LOGDIR/cmake.log" 2>/dev/null

@@ -151,7 +151,7 @@ void save_checkpoint(const std::string& root, int64_t step, const NamedParams& p
   std::vector<safetensors::RawTensor> raws;
   std::vector<Tensor> keep;  // contiguous copies alive until written
   auto add = [&](const std::string& name, const Tensor& t) {
-    Tensor c = t.contiguous();
+    Tensor c = t.to(Device::cpu()).contiguous();  // CUDA shards are written from a host copy
     keep.push_back(c);
     raws.push_back({name, c.dtype(), c.sizes(), c.data_ptr(), c.nbytes()});
   };

@@ -245,6 +245,7 @@ Recipe parse_recipe(const YAML::Node& automodel_root, const std::string& file,
       else s.fail("config", "'debug' or a map of LlamaConfig keys", *n);
     }
     s.str("dtype", r.model.dtype);
+    s.str("device", r.model.device);
     s.check_unknown();
     // (a default YAML::Node converts to true: ask for a map)
     s.require(!r.model.path.empty() || !r.model.config_name.empty() || r.model.config.IsMap(), "path",
@@ -256,6 +257,8 @@ Recipe parse_recipe(const YAML::Node& automodel_root, const std::string& file,
               "dtype", "must be f32 or bf16, got '" + r.model.dtype + "'");
     if (r.model.dtype == "float32") r.model.dtype = "f32";
     if (r.model.dtype == "bfloat16") r.model.dtype = "bf16";
+    s.require(r.model.device == "cpu" || r.model.device == "cuda", "device",
+              "must be cpu or cuda, got '" + r.model.device + "'");
   }
   {  // peft
     Section s(r, root["peft"], "peft");
@@ -451,7 +454,8 @@ std::string dump_recipe(const Recipe& r) {
   if (!r.model.path.empty()) e << YAML::Key << "path" << YAML::Value << r.model.path;
   if (!r.model.config_name.empty()) e << YAML::Key << "config" << YAML::Value << r.model.config_name;
   if (r.model.config.IsMap()) e << YAML::Key << "config" << YAML::Value << r.model.config;
-  e << YAML::Key << "dtype" << YAML::Value << r.model.dtype << YAML::EndMap;
+  e << YAML::Key << "dtype" << YAML::Value << r.model.dtype;
+  e << YAML::Key << "device" << YAML::Value << r.model.device << YAML::EndMap;
   if (r.peft.enabled) {
     e << YAML::Key << "peft" << YAML::Value << YAML::BeginMap;
     e << YAML::Key << "target_modules" << YAML::Value << YAML::Flow << r.peft.target_modules;

@@ -41,6 +41,7 @@ struct ModelRecipe {
   std::string config_name;  // "debug" for llama_debug_config()
   YAML::Node config;        // explicit LlamaConfig keys (a map), when given
   std::string dtype = "f32";
+  std::string device = "cpu";  // cpu | cuda (each rank the GPU of its local rank)
   bool random() const { return path.empty(); }
 };
 

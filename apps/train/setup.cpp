@@ -20,6 +20,7 @@
 #include "models/tokenizer/bpe_tokenizer.h"
 #include "models/tokenizer/tokenizer.h"
 #include "models/tokenizer/chat_template.h"
+#include "runtime/env.h"
 #include "tensor/error.h"
 #include "tensor/random.h"
 
@@ -141,6 +142,14 @@ int64_t lora_param_count(const LlamaConfig& c, const PeftRecipe& peft) {
 }
 
 Plan make_plan(const Recipe& r, int world) {
+  DTR_CHECK(r.model.device != "cuda" || cuda_device() >= 0, "model.device=cuda: no CUDA device visible to rank ",
+            dtr::rank(),
+#ifdef DTR_WITH_CUDA
+            " (nvidia-smi lists none, or CUDA_VISIBLE_DEVICES hides them)"
+#else
+            " (dtr was built without CUDA: configure with -DDTR_CUDA=ON)"
+#endif
+            ", use model.device: cpu");
   Plan p;
   p.config = resolve_config(r, p.model_source);
   p.mesh = parse_distributed(r.distributed, world, r.source_of("distributed") + ": distributed");

@@ -24,6 +24,7 @@
 #include "parallel/model_parallelizer.h"
 #include "runtime/env.h"
 #include "tensor/nn/moe.h"
+#include "tensor/nn/to_device.h"
 #include "tensor/allocator.h"
 #include "tensor/autograd/grad_mode.h"
 #include "tensor/error.h"
@@ -108,12 +109,26 @@ struct Trainer {
     o.pad_seq_len_divisible = std::lcm(d.pad_seq_len_divisible, 2 * ctx.cp_size);
     o.max_length = d.seq_len;
     data::Batch b = data::collate(samples, o);
-    if (ctx.cp_size == 1) return b;
-    const int64_t r = ctx.cp_mesh().coordinate(0);
-    b.input_ids = context_parallel_shard(b.input_ids, 1, ctx.cp_size, r).contiguous();
-    b.labels = context_parallel_shard(b.labels, 1, ctx.cp_size, r).contiguous();
-    b.num_label_tokens = 0;
-    for (int64_t l : b.labels.to_vector<int64_t>()) b.num_label_tokens += l != data::kIgnoreIndex;
+    if (ctx.cp_size > 1) {
+      const int64_t r = ctx.cp_mesh().coordinate(0);
+      b.input_ids = context_parallel_shard(b.input_ids, 1, ctx.cp_size, r).contiguous();
+      b.labels = context_parallel_shard(b.labels, 1, ctx.cp_size, r).contiguous();
+      b.num_label_tokens = 0;
+      for (int64_t l : b.labels.to_vector<int64_t>()) b.num_label_tokens += l != data::kIgnoreIndex;
+    }
+    return batch_to_device(std::move(b));
+  }
+
+  /// The model's device (model.device; cuda: the GPU of this rank's local rank).
+  Device device() const { return r.model.device == "cuda" ? Device::cuda(cuda_device()) : Device::cpu(); }
+
+  /// Data in: the batch's tensors copied to the model's device (the only host -> device copies
+  /// of a step besides the first use of each RoPE length).
+  data::Batch batch_to_device(data::Batch b) const {
+    const Device dev = device();
+    if (dev.is_cpu()) return b;
+    for (Tensor* t : {&b.input_ids, &b.labels, &b.position_ids, &b.document_ids})
+      if (t->defined()) *t = t->to(dev);
     return b;
   }
 
@@ -151,7 +166,7 @@ struct Trainer {
 
   int run() {
     MeshContext& ctx = plan.mesh;
-    ctx.build_mesh();
+    ctx.build_mesh(device());
     DeviceMesh world_mesh = DeviceMesh::world("train_world");
     ProcessGroup& wg = *world_mesh.group(0);
     ProgressPrinter progress(stdout, opt.progress);
@@ -161,6 +176,7 @@ struct Trainer {
 
     auto t_build = Clock::now();
     auto model = build_model(r, plan);
+    nn::module_to_device(*model, device());  // before parallelizing: FSDP / TP allocate on the mesh's device
     int64_t total = 0, trainable = 0;
     double active = 0, trainable_active = 0;  // MoE: a token uses k of E experts (flops.h)
     for (const auto& [n, p] : model->named_parameters()) {
@@ -190,9 +206,9 @@ struct Trainer {
             ? strformat(" (%.0f active per token: top-%lld of %lld experts)", active,
                         (long long)plan.config.num_experts_per_tok, (long long)plan.config.num_experts)
             : std::string();
-    note(strformat("model ready in %.1fs: %lld params%s, %lld trainable (%.3f%%); mesh %s", seconds_since(t_build),
+    note(strformat("model ready in %.1fs: %lld params%s, %lld trainable (%.3f%%); mesh %s on %s", seconds_since(t_build),
                    (long long)total, moe_active.c_str(), (long long)trainable, 100.0 * trainable / total,
-                   ctx.str().c_str()));
+                   ctx.str().c_str(), device().str().c_str()));
     // Expert parallelism: bytes the ep all-to-alls send per step (the group's counters).
     ProcessGroup* ep_group = ctx.ep_size > 1 ? ctx.ep_mesh().group(0).get() : nullptr;
 
