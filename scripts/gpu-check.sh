@@ -3,13 +3,14 @@
 # H200: under 8 minutes). Steps:
 #   1. checks that a GPU is visible (nvidia-smi), else fails at once;
 #   2. builds the CUDA backend (Release, sm_90: -DCMAKE_CUDA_ARCHITECTURES=90) in build-gpu-check/:
-#      the CUDA tests and dtr-train first (their results come even if the rest is slow), then
-#      dtr-bench;
+#      the CUDA tests first (their results come even if the rest is slow), then dtr-bench and
+#      dtr-train;
 #   3. runs the CUDA-labelled tests (`ctest -L cuda`: every CUDA kernel against the CPU backend,
 #      forward and backward; allocator; copies; GEMM; collectives on CUDA tensors; fully_shard,
-#      replicate, TP styles and loss parallel on a CUDA mesh vs the CPU (2 ranks on the GPU);
-#      train_cuda_train: 3 dtr-train steps of the debug model with model.device: cuda vs the CPU
-#      run) with DTR_TEST_REQUIRE_CUDA=1, so that a test that would skip for lack of a GPU fails;
+#      replicate, TP styles and loss parallel on a CUDA mesh vs the CPU, 1 rank (NCCL) and 2 ranks
+#      (MPI staging)) with DTR_TEST_REQUIRE_CUDA=1, so that a test that would skip for lack of a
+#      GPU fails; after building dtr-train, train_cuda_train (3 dtr-train steps of the debug model
+#      with model.device: cuda equal the CPU run);
 #   4. runs the 1-GPU LoRA training step benchmark (dtr-bench train-step --device cuda, SmolLM2-135M
 #      shape, LoRA r 8) when dtr-bench train-step accepts --device (else says that it is skipped);
 #   5. runs `dtr-bench gemm-gpu` (cuBLASLt TFLOP/s for transformer shapes vs raw cuBLAS peak);
@@ -62,7 +63,7 @@ say "== build (Release, CUDA sm_90, -j$JOBS) =="
 T0=$(date +%s)
 if timeout 330 cmake -S . -B "$BUILD_DIR" -G Ninja -DDTR_CUDA=ON -DCMAKE_BUILD_TYPE=Release \
      -DCMAKE_CUDA_ARCHITECTURES=90 -DCMAKE_CUDA_COMPILER="$NVCC" >"$LOGDIR/cmake.log" 2>&1 &&
-   timeout 330 ninja -C "$BUILD_DIR" -j"$JOBS" tests/cuda/all dtr-train compare_metrics >"$LOGDIR/build.log" 2>&1; then
+   timeout 330 ninja -C "$BUILD_DIR" -j"$JOBS" tests/cuda/all >"$LOGDIR/build.log" 2>&1; then
   say "build: ok in $(( $(date +%s) - T0 ))s"
 else
   tail -30 "$LOGDIR/build.log" "$LOGDIR/cmake.log" 2>/dev/null
@@ -76,7 +77,8 @@ say ""
 say "== ctest -L cuda =="
 T0=$(date +%s)
 # DTR_TEST_REQUIRE_CUDA=1: a test that would skip for lack of a device fails instead.
-(cd "$BUILD_DIR" && DTR_TEST_REQUIRE_CUDA=1 timeout 200 ctest -L cuda --output-on-failure --timeout 150) \
+# train_cuda_train needs dtr-train, built with dtr-bench in step 4, and runs there.
+(cd "$BUILD_DIR" && DTR_TEST_REQUIRE_CUDA=1 timeout 200 ctest -L cuda -E '^train_cuda' --output-on-failure --timeout 150) \
   >"$LOGDIR/ctest-console.log" 2>&1
 CTEST_RC=$?
 grep -E "tests passed|tests failed|^\s+[0-9]+ - " "$LOGDIR/ctest-console.log" | tee -a "$SUMMARY"
@@ -87,9 +89,9 @@ say "tests: $(( $(date +%s) - T0 ))s"
 
 # ---- 4. 1-GPU LoRA training step ---------------------------------------------------------------
 say ""
-say "== build dtr-bench =="
+say "== build dtr-bench, dtr-train =="
 T0=$(date +%s)
-if timeout 300 ninja -C "$BUILD_DIR" -j"$JOBS" dtr-bench >"$LOGDIR/build-bench.log" 2>&1; then
+if timeout 300 ninja -C "$BUILD_DIR" -j"$JOBS" dtr-bench dtr-train compare_metrics >"$LOGDIR/build-bench.log" 2>&1; then
   say "build: ok in $(( $(date +%s) - T0 ))s"
 else
   tail -30 "$LOGDIR/build-bench.log"
@@ -97,6 +99,11 @@ else
   say "gpu-check: FAILED in $(elapsed)"
   exit 1
 fi
+say ""
+say "== dtr-train, 3 steps of the debug model with model.device: cuda vs cpu (ctest train_cuda_train) =="
+(cd "$BUILD_DIR" && DTR_TEST_REQUIRE_CUDA=1 timeout 150 ctest -R '^train_cuda_train$' --output-on-failure --timeout 120) \
+  >"$LOGDIR/ctest-train-cuda.log" 2>&1 || fail "train_cuda_train (see $LOGDIR/ctest-train-cuda.log)"
+grep -E "tests passed|tests failed|cuda vs cpu|FAIL" "$LOGDIR/ctest-train-cuda.log" | tee -a "$SUMMARY"
 say ""
 say "== LoRA training step on the GPU =="
 if grep -q -- '"--device"' bench/train_step.cpp 2>/dev/null; then
