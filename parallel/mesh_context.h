@@ -13,6 +13,7 @@
 #include "parallel/activation_checkpoint.h"
 #include "parallel/fsdp/mixed_precision.h"
 #include "parallel/parallel_dims.h"
+#include "parallel/pipeline/pipeline_config.h"
 
 namespace dtr {
 
@@ -24,6 +25,8 @@ const char* strategy_name(DataParallelStrategy s);
 struct MeshContext : ParallelDims {
   DataParallelStrategy strategy = DataParallelStrategy::fsdp2;
   bool sequence_parallel = false;
+  /// `pipeline`: schedule, micro-batch size and stage split when pp_size > 1.
+  PipelineConfig pipeline;
   /// Activation checkpointing of every layer; nullopt = none.
   std::optional<CheckpointPolicy> activation_checkpointing;
   std::string activation_checkpointing_scope = "all";

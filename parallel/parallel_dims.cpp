@@ -66,7 +66,8 @@ void ParallelDims::validate(const std::string& where) const {
             " != world size ", world_size);
   DTR_CHECK(dp_size % dp_replicate_size == 0, where, ".dp_replicate_size=", dp_replicate_size,
             " does not divide dp_size=", dp_size);
-  DTR_CHECK(pp_size == 1, where, ".pp_size=", pp_size, ": pipeline parallelism is not built in dtr yet (use 1)");
+  DTR_CHECK(!(pp_size > 1 && (ep_size > 1 || cp_size > 1)), where, ".pp_size=", pp_size,
+            " with ep_size / cp_size > 1: pipeline parallelism with expert or context parallelism is not built in dtr");
   DTR_CHECK(!(ep_size > 1 && cp_size > 1), where, ".ep_size=", ep_size, " with cp_size=", cp_size,
             ": expert parallelism with context parallelism is not built in dtr");
   // Expert parallelism carves ep out of the data-parallel shard ranks (Automodel's MoE mesh):
@@ -138,6 +139,7 @@ std::string ParallelDims::str() const {
   os << "world=" << world_size << " dp=" << dp_size << " (replicate " << dp_replicate_size << " x shard "
      << dp_shard_size() << ") tp=" << tp_size;
   if (cp_size > 1) os << " cp=" << cp_size;
+  if (pp_size > 1) os << " pp=" << pp_size;
   if (ep_size > 1) os << " ep=" << ep_size << " (ep_shard " << ep_shard_size() << ")";
   return os.str();
 }

@@ -45,7 +45,7 @@ struct ParallelDims {
   /// product overflowing int64, world_size not divisible by it.
   void infer_dp_size(const std::string& where);
   /// Checks the sizes: every degree >= 1, dp*tp*cp*pp == world_size (no int64 overflow),
-  /// dp % dp_replicate == 0, pp > 1 (not built yet), ep > 1 with cp > 1 (not built),
+  /// dp % dp_replicate == 0, pp > 1 with cp or ep > 1, ep > 1 with cp > 1 (not built),
   /// dp_shard_cp % ep == 0.
   /// Errors: dtr::Error, one line naming the key and the numbers.
   void validate(const std::string& where) const;

@@ -171,9 +171,19 @@ void save_checkpoint(const std::string& root, int64_t step, const NamedParams& p
                        {"dtype", dtype_name(b.local.dtype())}};
   }
   const std::string file = "rank_" + std::to_string(rank) + ".safetensors";
-  safetensors::write_raw((tmp / file).string(), raws, {{"dtr_shards", shards.dump()}});
+  // Each file also records its parameters' layout: under pipeline parallelism ranks hold
+  // different parameters, and rank 0's metadata.json lists the union of every file's.
+  safetensors::write_raw((tmp / file).string(), raws, {{"dtr_shards", shards.dump()}, {"dtr_params", param_meta.dump()}});
   world.barrier()->wait();
   if (rank == 0) {
+    for (int r = 1; r < world.size(); ++r) {
+      auto f = safetensors::SafetensorsFile::open((tmp / ("rank_" + std::to_string(r) + ".safetensors")).string());
+      auto it = f.metadata().find("dtr_params");
+      DTR_CHECK(it != f.metadata().end(), "checkpoint: ", f.path(), " has no dtr_params metadata");
+      const nlohmann::json theirs = nlohmann::json::parse(it->second);
+      for (const auto& [fqn, m] : theirs.items())
+        if (!param_meta.contains(fqn)) param_meta[fqn] = m;
+    }
     nlohmann::json meta;
     meta["step"] = step;
     meta["world_size"] = world.size();

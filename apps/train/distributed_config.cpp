@@ -138,6 +138,7 @@ MeshContext parse_distributed(const YAML::Node& d, int64_t world, const std::str
           dp_given = true;
         }
       } else if (k == "sequence_parallel") c.sequence_parallel = get_bool(v, k, where);
+      else if (k == "pipeline") c.pipeline = parse_pipeline_config(v, where);
       else if (k == "activation_checkpointing") c.activation_checkpointing = get_activation_checkpointing(v, where);
       else if (k == "activation_checkpointing_scope") c.activation_checkpointing_scope = get_str(v, k, where);
       else if (k == "mp_policy") c.mp_policy = get_mp_policy(v, where);
@@ -163,7 +164,7 @@ MeshContext parse_distributed(const YAML::Node& d, int64_t world, const std::str
         DTR_CHECK(!get_bool(v, k, where), where, ".", k, ": true is not supported by dtr (only false)");
       } else {
         DTR_ERROR(where, ": unknown key '", k,
-                  "' (expected strategy, dp_size, dp_replicate_size, tp_size, cp_size, pp_size, ep_size, "
+                  "' (expected strategy, dp_size, dp_replicate_size, tp_size, cp_size, pp_size, pipeline, ep_size, "
                   "sequence_parallel, activation_checkpointing, activation_checkpointing_scope, mp_policy, "
                   "offload_policy, reshard_after_forward, enable_fsdp2_prefetch, fsdp2_forward_prefetch_depth, "
                   "fsdp2_backward_prefetch_depth, defer_fsdp_grad_sync, tp_plan)");

@@ -1,5 +1,7 @@
 #include "apps/train/setup.h"
 
+#include "parallel/pipeline/stage_split.h"
+
 #include "apps/train/instruction_data.h"
 #include "apps/train/progress.h"
 
@@ -173,6 +175,23 @@ Plan make_plan(const Recipe& r, int world) {
             " is not divisible by step_scheduler.local_batch_size=", st.local_batch_size, " x dp_size=", p.dp_size,
             " (= ", per_step, "); gradient accumulation must be a whole number (", r.source_of("step_scheduler"), ")");
   p.grad_accum = st.global_batch_size / per_step;
+  // Pipeline parallelism: the step's rows (grad_accum x local_batch_size per dp rank) go through
+  // the schedule as micro-batches of pp_microbatch_size rows (default local_batch_size).
+  const PipelineConfig& pc = p.mesh.pipeline;
+  p.pp_microbatch_rows = pc.microbatch_size > 0 ? pc.microbatch_size : st.local_batch_size;
+  if (p.mesh.pp_size > 1) {
+    DTR_CHECK(st.local_batch_size % p.pp_microbatch_rows == 0, "distributed.pipeline.pp_microbatch_size=",
+              p.pp_microbatch_rows, " does not divide step_scheduler.local_batch_size=", st.local_batch_size);
+    DTR_CHECK(c.num_experts == 0, "distributed.pp_size=", p.mesh.pp_size,
+              ": pipeline parallelism with MoE families is not built in dtr (", p.model_source, ")");
+    const int v = pc.stages_per_rank(c.num_hidden_layers, p.mesh.pp_size, "distributed.pipeline");
+    (void)split_layers(c.num_hidden_layers, static_cast<int>(p.mesh.pp_size) * v, pc.layer_counts,
+                       "distributed.pipeline.layers_per_stage");
+    const int64_t m = p.grad_accum * st.local_batch_size / p.pp_microbatch_rows;
+    if (pc.schedule == PipelineScheduleKind::Interleaved1F1B)
+      DTR_CHECK(m % p.mesh.pp_size == 0, "distributed.pipeline: interleaved1f1b needs the micro-batches per step (",
+                m, " = global_batch_size / dp_size / pp_microbatch_size) to be a multiple of pp_size=", p.mesh.pp_size);
+  }
   const int64_t max_pos = c.max_position_embeddings;
   DTR_CHECK(r.dataset.seq_len <= max_pos, "dataset.seq_len=", r.dataset.seq_len,
             " exceeds the model's max_position_embeddings=", max_pos, " (", p.model_source, ")");

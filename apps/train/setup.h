@@ -20,6 +20,9 @@ struct Plan {
   std::string model_source;  // "model.path=..." or "model.config=debug" (messages)
   MeshContext mesh;          // validated, mesh not built yet
   int64_t dp_size = 1, grad_accum = 1;
+  /// distributed.pp_size > 1: rows per pipeline micro-batch (distributed.pipeline.pp_microbatch_size,
+  /// default step_scheduler.local_batch_size).
+  int64_t pp_microbatch_rows = 1;
   int64_t total_params = 0, trainable_params = 0;
   double memory_estimate_bytes = 0;  // per rank, see estimate_memory
 };

@@ -13,6 +13,7 @@
 #include "apps/train/export.h"
 #include "apps/train/health.h"
 #include "apps/train/outputs.h"
+#include "apps/train/pipeline_model.h"
 #include "apps/train/progress.h"
 #include "models/transformer/flops.h"
 #include "apps/train/setup.h"
@@ -97,6 +98,8 @@ struct Trainer {
   std::vector<data::Sample>& val_set;
   int32_t pad_id = 0;
   int rank = 0, world = 1;
+  /// distributed.pp_size > 1: this rank's pipeline stages, which replace the model's calls.
+  std::unique_ptr<PipelinedModel> pipe;
 
   /// Packed rows are full already; unpacked ones are padded to the micro-batch's longest
   /// sample, rounded up to pad_seq_len_divisible and capped at seq_len.
@@ -148,6 +151,15 @@ struct Trainer {
     for (int64_t b = 0; b < nb; ++b) {
       std::vector<int64_t> idx(share);
       for (int64_t i = 0; i < share; ++i) idx[i] = b * vb + dpr * share + i;
+      if (pipe) {  // the rows of this validation batch as micro-batches through the stages
+        std::vector<data::Batch> mbs;
+        for (int64_t m = 0; m < share; m += r.step_scheduler.local_batch_size)
+          mbs.push_back(make_batch(r.validation_dataset, gather(val_set, idx, m, r.step_scheduler.local_batch_size)));
+        auto [s, n] = pipe->evaluate(mbs);
+        sum += s;
+        tokens += n;
+        continue;
+      }
       for (int64_t m = 0; m < share; m += r.step_scheduler.local_batch_size) {
         data::Batch batch = make_batch(r.validation_dataset, gather(val_set, idx, m, r.step_scheduler.local_batch_size));
         // Every rank runs the forward (FSDP's all-gathers, cp's K/V all-gather are collective),
@@ -192,14 +204,17 @@ struct Trainer {
         throw AllRanksError(e.what());
       }
     }
-    parallelize_model(*model, ctx);
     NamedParams params;
     std::vector<Tensor> plist;
-    for (const auto& [n, p] : model->named_parameters())
-      if (p.requires_grad()) {
-        params.push_back({n, p});
-        plist.push_back(p);
-      }
+    if (ctx.pp_size > 1) {
+      pipe = std::make_unique<PipelinedModel>(model, ctx);
+      params = pipe->trainable();
+    } else {
+      parallelize_model(*model, ctx);
+      for (const auto& [n, p] : model->named_parameters())
+        if (p.requires_grad()) params.push_back({n, p});
+    }
+    for (const auto& [n, p] : params) plist.push_back(p);
     DTR_CHECK(!params.empty(), "model: no trainable parameters (peft matched nothing?)");
     const std::string moe_active =
         plan.config.num_experts > 0
@@ -332,7 +347,19 @@ struct Trainer {
       DTR_CHECK(n_global > 0, "dataset: global batch ", ss.batch, " of epoch ", ss.epoch, " has no label tokens");
       const std::vector<int64_t> mine = sampler.next();
       double loss_sum = 0, rows_tokens = 0;  // rows_tokens: positions run, padding included
-      for (int64_t m = 0; m < plan.grad_accum; ++m) {
+      if (pipe) {
+        // The step's rows as micro-batches of pp_microbatch_size rows through the schedule.
+        const int64_t rows = plan.pp_microbatch_rows;
+        std::vector<data::Batch> mbs;
+        std::vector<double> weights;
+        for (int64_t k = 0; k * rows < plan.grad_accum * st.local_batch_size; ++k) {
+          mbs.push_back(make_batch(r.dataset, gather(train_set, mine, k * rows, rows)));
+          rows_tokens += static_cast<double>(mbs.back().input_ids.numel());
+          weights.push_back(static_cast<double>(mbs.back().num_label_tokens) * plan.dp_size / n_global);
+        }
+        loss_sum = pipe->step(mbs, weights);
+      }
+      for (int64_t m = 0; m < (pipe ? 0 : plan.grad_accum); ++m) {
         set_model_gradient_sync(*model, ctx, m + 1 == plan.grad_accum);
         data::Batch batch = make_batch(r.dataset, gather(train_set, mine, m * st.local_batch_size, st.local_batch_size));
         rows_tokens += static_cast<double>(batch.input_ids.numel());
@@ -359,7 +386,7 @@ struct Trainer {
         loss_sum += scalar_value(loss) * batch.num_label_tokens;
       }
       finish_model_backward(*model, ctx);
-      const double grad_norm = clip_grad_norm(plist, max_norm);
+      const double grad_norm = pipe ? pipe->clip_grad_norm(plist, max_norm) : clip_grad_norm(plist, max_norm);
       const double loss = dp_sum(ctx, loss_sum) / n_global;
       const double step_tokens = dp_sum(ctx, rows_tokens);
       // Summed over the dp ranks (one tp coordinate): counts, dispatch and combine, forward,
@@ -456,6 +483,7 @@ struct Trainer {
     }
     if (r.checkpoint.enabled && last_saved != step) save(step);
 
+    if (pipe && (r.peft.enabled || r.checkpoint.save_consolidated)) pipe->gather_to_first_stage_rank();
     for (const auto& line : export_final(*model, r)) note(line);
     if (rank == 0) {
       if (plot_loss_png(r.logging.metrics_file, r.logging.plot_file)) note("loss curve: " + r.logging.plot_file);

@@ -24,7 +24,12 @@ TEST_CASE("parse_distributed derives dp and rejects bad settings with named keys
   CHECK_THROWS_WITH(ctx_from("{tp_size: 3}", 4), Catch::Contains("tp_size") && Catch::Contains("not divisible"));
   CHECK_THROWS_WITH(ctx_from("{dp_size: 3}", 4), Catch::Contains("!= world size 4"));
   CHECK_THROWS_WITH(ctx_from("{tp_sise: 2}", 4), Catch::Contains("unknown key 'tp_sise'"));
-  CHECK_THROWS_WITH(ctx_from("{pp_size: 2}", 4), Catch::Contains("pp_size=2"));
+  CHECK(ctx_from("{pp_size: 2}", 4).dp_size == 2);  // pipeline parallelism: pp x dp
+  CHECK_THROWS_WITH(ctx_from("{pp_size: 2, cp_size: 2}", 4), Catch::Contains("pp_size=2 with ep_size / cp_size"));
+  CHECK_THROWS_WITH(ctx_from("{pp_size: 2, pipeline: {pp_schedule: zb}}", 4),
+                    Catch::Contains("distributed.pipeline.pp_schedule") && Catch::Contains("unknown pipeline schedule"));
+  CHECK_THROWS_WITH(ctx_from("{pp_size: 2, pipeline: {layer_per_stage: 2}}", 4),
+                    Catch::Contains("unknown key 'layer_per_stage'"));
   CHECK_THROWS_WITH(ctx_from("{strategy: megatron_fsdp}", 4), Catch::Contains("megatron_fsdp"));
   CHECK_THROWS_WITH(ctx_from("{dp_replicate_size: 3}", 4), Catch::Contains("dp_replicate_size=3"));
   CHECK_THROWS_WITH(ctx_from("{tp_size: two}", 4), Catch::Contains("tp_size") && Catch::Contains("integer"));

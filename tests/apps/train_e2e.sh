@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # End-to-end tests of dtr-train on the CI recipes (configs/ci/*.yaml), run from the repo root:
-#   train_e2e.sh meshes|resume|epochs|padding|cp|errors|moe_ep|moe_lora DTR_TRAIN COMPARE_METRICS [MPIRUN]
+#   train_e2e.sh meshes|resume|epochs|padding|cp|pp|errors|moe_ep|moe_lora DTR_TRAIN COMPARE_METRICS [MPIRUN]
 # meshes: the same 20-step LoRA recipe on 1 rank, dp 2 (FSDP), tp 2, tp 3, HSDP 2x2, dp 2 x tp 2
 #         and tp 2 / tp 3 (uneven sequence shards) with sequence parallelism, dp 2 with
 #         defer_fsdp_grad_sync=false (a reduce-scatter per micro-batch)
@@ -17,6 +17,11 @@
 #         resumed run crosses the boundary) reproduce the uninterrupted losses bit for bit.
 # padding: chat SFT batches padded to their longest sample equal batches padded to seq_len
 #         (1 rank and dp 2; configs/ci/chat.yaml on the perlfaq data, skipped when absent).
+# pp:     pipeline parallelism (distributed.pp_size) gives the single-process losses and validation
+#         losses within LOSS_RTOL: pp 2 with 1f1b, gpipe with pp_microbatch_size 1 (8 micro-batches),
+#         pp 2 x dp 2, pp 2 x tp 2 on the CI recipe (LoRA); the pp 2 step-10 checkpoint resumed on
+#         1 rank and the single-process one on pp 2 continue the single-process losses; the pp 2
+#         adapter export has the single-process adapter's tensors.
 # cp:     context parallelism (distributed.cp_size) gives the single-process losses and
 #         validation losses within LOSS_RTOL: cp 2, cp 4, dp 2 x cp 2, cp 2 x tp 2 on the CI recipe,
 #         and cp 2 on the chat SFT recipe (cp slices with no label token; skipped without the data).
@@ -52,6 +57,22 @@ run() {  # run NP CONFIG [args...]
   "$MPIRUN" -np "$np" --oversubscribe $ROOT_FLAG --mca btl self,vader,tcp --bind-to none "$TRAIN" --config "$@"
 }
 fail() { echo "FAIL: $*"; exit 1; }
+# mesh_specs_vs_single SINGLE_DIR NAME:NP:KEY=VALUE... : the CI recipe with each spec's
+# distributed keys gives SINGLE_DIR's losses and validation losses within LOSS_RTOL.
+mesh_specs_vs_single() {
+  local single="$1"; shift
+  for spec in "$@"; do
+    IFS=: read -r name np sets <<<"$spec"
+    args=(); for kv in $sets; do args+=(--set "distributed.$kv"); done
+    rm -rf "$out/$name"
+    log=$(run "$np" configs/ci/single.yaml "${args[@]}" --set checkpoint.checkpoint_dir=$out/$name 2>&1) ||
+      { echo "$log" | tail -20; fail "$name run"; }
+    echo "== $name ($np ranks: $sets) vs single"
+    "$CMP" $single/metrics.jsonl $out/$name/metrics.jsonl --rtol $LOSS_RTOL || fail "$name losses"
+    "$CMP" $single/metrics.jsonl $out/$name/metrics.jsonl --rtol $LOSS_RTOL --key val_loss > /dev/null ||
+      fail "$name validation losses"
+  done
+}
 out=out/ci
 # ep_meshes CFG PREFIX CHECK NAME:NP:EP...: runs CFG with distributed.ep_size=EP on NP ranks into
 # $out/PREFIX_NAME, compares its losses with $out/PREFIX_single's, then runs CHECK NAME DIR LOG.
@@ -219,20 +240,34 @@ padding)
   echo "positions run: $dyn padded to the longest, $full padded to seq_len"
   [ "$dyn" -lt "$full" ] || fail "dynamic padding ran $dyn positions, not fewer than $full"
   ;;
+pp)
+  rm -rf $out/pp_single && run 1 configs/ci/single.yaml --set checkpoint.checkpoint_dir=$out/pp_single > /dev/null ||
+    fail "single run"
+  mesh_specs_vs_single $out/pp_single "pp2:2:pp_size=2" \
+    "pp2gpipe:2:pp_size=2 pipeline.pp_schedule=gpipe pipeline.pp_microbatch_size=1" \
+    "pp2dp2:4:pp_size=2 dp_size=2" "pp2tp2:4:pp_size=2 tp_size=2"
+  # Checkpoints load on another pp size: pp 2's step 10 on 1 rank, the single run's step 10 on pp 2.
+  for spec in "pp2_to_1:pp2:1:" "1_to_pp2:pp_single:2:--set distributed.pp_size=2"; do
+    IFS=: read -r name src np extra <<<"$spec"
+    rm -rf "$out/$name" && mkdir -p "$out/$name" && cp -r "$out/$src/step_10" "$out/$name/"
+    log=$(run "$np" configs/ci/single.yaml $extra --set checkpoint.checkpoint_dir=$out/$name 2>&1) ||
+      { echo "$log" | tail -20; fail "$name resume"; }
+    grep -q "resumed from $out/$name/step_10" <<<"$log" || { echo "$log"; fail "$name did not resume"; }
+    echo "== $name: resumed at step 10 vs single"
+    "$CMP" $out/pp_single/metrics.jsonl $out/$name/metrics.jsonl --from 11 --to 20 --rtol $LOSS_RTOL ||
+      fail "$name losses"
+  done
+  CMPST="$(dirname "$CMP")/compare_safetensors"
+  if [ -x "$CMPST" ]; then
+    "$CMPST" $out/pp_single/adapter/adapter_model.safetensors $out/pp2/adapter/adapter_model.safetensors --atol 1e-6 ||
+      fail "pp 2 adapter export differs"
+  fi
+  ;;
 cp)
   rm -rf $out/cp_single && run 1 configs/ci/single.yaml --set checkpoint.checkpoint_dir=$out/cp_single > /dev/null ||
     fail "single run"
-  for spec in "cp2:2:cp_size=2" "cp4:4:cp_size=4" "dp2cp2:4:cp_size=2" "cp2tp2:4:cp_size=2 tp_size=2"; do
-    IFS=: read -r name np sets <<<"$spec"
-    args=(); for kv in $sets; do args+=(--set "distributed.$kv"); done
-    rm -rf "$out/$name"
-    log=$(run "$np" configs/ci/single.yaml "${args[@]}" --set checkpoint.checkpoint_dir=$out/$name 2>&1) ||
-      { echo "$log" | tail -20; fail "$name run"; }
-    echo "== $name ($np ranks: $sets) vs single"
-    "$CMP" $out/cp_single/metrics.jsonl $out/$name/metrics.jsonl --rtol $LOSS_RTOL || fail "$name losses"
-    "$CMP" $out/cp_single/metrics.jsonl $out/$name/metrics.jsonl --rtol $LOSS_RTOL --key val_loss > /dev/null ||
-      fail "$name validation losses"
-  done
+  mesh_specs_vs_single $out/cp_single "cp2:2:cp_size=2" "cp4:4:cp_size=4" "dp2cp2:4:cp_size=2" \
+    "cp2tp2:4:cp_size=2 tp_size=2"
   for f in data/perlfaq-val.jsonl data/smollm2-135m-instruct.gguf; do
     [ -f "$f" ] || { echo "SKIP cp chat: $f is absent"; echo PASS; exit 0; }
   done
