@@ -52,7 +52,7 @@ struct RowStats {
   Tensor x;        // local logits [n, c], f32 or f64
   Tensor ignored;  // [n] bool: target == ignore_index
   Tensor valid;    // [n] f64: 1 for counted rows, 0 for ignored ones
-  Tensor target;   // [n, c] bool: the one-hot of the target on its owning rank (valid rows only)
+  Tensor target;   // [n, c] bool (backward only): the target's one-hot on its owning rank, valid rows
   Tensor lse;      // [n] f64
   Tensor count;    // [1] f64: local non-ignored rows
   Tensor tlogit;   // [n] f64: the target logit (summed over class shards)
@@ -65,7 +65,7 @@ Tensor nonempty(const Tensor& t, double fill) {
 }
 
 RowStats row_stats(const Tensor& logits, const Tensor& targets, const OpSchema& s, size_t li, const CePlan& p,
-                   int64_t ignore, const char* op) {
+                   int64_t ignore, bool want_target, const char* op) {
   RowStats r;
   const int64_t C = s.spec(li).shape[1];
   const Device dev = logits.device();
@@ -98,13 +98,22 @@ RowStats row_stats(const Tensor& logits, const Tensor& targets, const OpSchema& 
   Tensor e = zeros({r.n}, f64), tlogit = zeros({r.n}, f64);
   // Ignored rows get target -1, which no class index matches.
   const Tensor counted = where(r.ignored, full_like(targets, -1.0), targets);
-  const Tensor cls = arange(static_cast<double>(c_off), static_cast<double>(c_off + r.c), 1.0,
-                            TensorOptions(targets.dtype()).with_device(dev));
-  r.target = eq(cls.view({1, r.c}).expand({r.n, r.c}), counted.view({r.n, 1}).expand({r.n, r.c}));
+  if (want_target) {
+    const Tensor cls = arange(static_cast<double>(c_off), static_cast<double>(c_off + r.c), 1.0,
+                              TensorOptions(targets.dtype()).with_device(dev));
+    r.target = eq(cls.view({1, r.c}).expand({r.n, r.c}), counted.view({r.n, 1}).expand({r.n, r.c}));
+  }
   if (r.n > 0 && r.c > 0) {
     e = to_dtype(sum(exp(sub(r.x, to_dtype(shift, r.x.dtype()).view({r.n, 1}))), {1}, false), DType::f64);
-    tlogit = to_dtype(sum(where(r.target, r.x, zeros({}, TensorOptions(r.x.dtype()).with_device(dev))), {1}, false),
-                      DType::f64);
+    // The target logit: a row gather x[i, t_i - c_off] of the rows whose target this rank owns
+    // (an embedding lookup into x viewed as [n * c, 1]; O(n) memory, no [n, c] mask).
+    const Tensor owned_f = mul(to_dtype(gt(counted, static_cast<double>(c_off - 1)), DType::f64),
+                               to_dtype(lt(counted, static_cast<double>(c_off + r.c)), DType::f64));
+    const Tensor local_k = mul(sub(counted, full_like(counted, static_cast<double>(c_off))), to_dtype(owned_f, counted.dtype()));
+    const Tensor row0 = arange(0, static_cast<double>(r.n * r.c), static_cast<double>(r.c),
+                               TensorOptions(counted.dtype()).with_device(dev));
+    const Tensor picked = embedding(to_dtype(add(row0, local_k), DType::i64), r.x.reshape({r.n * r.c, 1})).view({r.n});
+    tlogit = where(gt(owned_f, 0.5), to_dtype(picked, DType::f64), zeros({}, f64));
   }
   if (!p.class_dims.empty()) {
     Tensor t = nonempty(cat({e, tlogit}, 0), 0.0);
@@ -131,7 +140,7 @@ ShardingDecision rule_cross_entropy(const OpSchema& s) {
   d.output_shapes = {Shape{}};
   if (p.row_dims.empty() && p.class_dims.empty()) return d;
   d.local_fn = [p](const std::vector<Tensor>& in, const OpSchema& sc) {
-    const RowStats r = row_stats(in[0], in[1], sc, 0, p, sc.call.i(0), "cross_entropy");
+    const RowStats r = row_stats(in[0], in[1], sc, 0, p, sc.call.i(0), false, "cross_entropy");
     const Tensor zero = zeros({}, TensorOptions(DType::f64).with_device(r.lse.device()));
     // (sum of lse - target logit over counted rows, count), summed over row shards.
     const Tensor total = sum(where(r.ignored, zero, sub(r.lse, r.tlogit))).view({1});
@@ -152,7 +161,7 @@ ShardingDecision rule_cross_entropy_backward(const OpSchema& s) {
   d.output_shapes = {s.spec(1).shape};
   if (p.row_dims.empty() && p.class_dims.empty()) return d;
   d.local_fn = [p](const std::vector<Tensor>& in, const OpSchema& sc) {
-    const RowStats r = row_stats(in[1], in[2], sc, 1, p, sc.call.i(0), "cross_entropy_backward");
+    const RowStats r = row_stats(in[1], in[2], sc, 1, p, sc.call.i(0), true, "cross_entropy_backward");
     const Tensor count = sum_over_rows(r.count, sc, p);
     // k = g / count (count 0: every row is ignored and every k below is multiplied by 0).
     const Tensor k = div(to_dtype(in[0], DType::f64).view({1}), maximum(count, full_like(count, 1.0)));
@@ -162,7 +171,8 @@ ShardingDecision rule_cross_entropy_backward(const OpSchema& s) {
     const Tensor lse = to_dtype(where(r.ignored, zero, r.lse), xd).view({r.n, 1});
     const Tensor kcol = to_dtype(mul(r.valid, k), xd).view({r.n, 1});
     const Tensor kx = to_dtype(k, xd).view({1, 1});
-    const Tensor out = sub(mul(exp(sub(r.x, lse)), kcol), mul(to_dtype(r.target, xd), kx));
+    const Tensor zero_x = zeros({}, TensorOptions(xd).with_device(r.x.device()));
+    const Tensor out = sub(mul(exp(sub(r.x, lse)), kcol), where(r.target, kx, zero_x));
     return std::vector<Tensor>{to_dtype(out, in[1].dtype())};
   };
   return d;
