@@ -89,6 +89,14 @@ TEST_CASE("grouped_mm large groups (GEMM parallel inside) and many small ones (p
   many[7] = 0;
   Tensor a2 = rnd({total(many), 16}, DType::f32), b2 = rnd({40, 16, 24}, DType::f32);
   CHECK(max_abs_diff(grouped_mm(a2, b2, many), loop_2x3(a2, b2, many)) < kF32Tol);
+  // balanced large groups (8 x 2.4M FLOP, none above a thread's share): one GEMM per thread;
+  // bit-equal to the same groups run one after another (each GEMM parallel inside), as
+  // the f32 GEMM's results do not depend on the thread count
+  const Shape even{190, 200, 210, 200, 195, 205, 200, 200};
+  Tensor a3 = rnd({total(even), 96}, DType::f32), b3 = rnd({8, 96, 128}, DType::f32);
+  const Tensor one_by_one = loop_2x3(a3, b3, even);
+  CHECK(max_abs_diff(grouped_mm(a3, b3, even), one_by_one) == 0);
+  CHECK(max_abs_diff(grouped_mm(a3.t(), a3, even), loop_2x2(a3.t(), a3, even)) == 0);
 }
 
 TEST_CASE("grouped_mm bf16 computes in f32 and rounds once", "[grouped_mm]") {
