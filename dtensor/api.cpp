@@ -2,6 +2,7 @@
 
 #include "tensor/autograd/grad_mode.h"
 #include "tensor/autograd/node.h"
+#include "tensor/meta.h"
 #include "tensor/ops.h"
 
 namespace dtr {
@@ -12,6 +13,17 @@ Tensor distribute_tensor(const Tensor& t, const DeviceMesh& mesh, const Placemen
   DTR_CHECK(static_cast<int>(placements.size()) == mesh.ndim(), "distribute_tensor: ", placements.size(),
             " placements ", placements_str(placements), " for a ", mesh.ndim(), "-d mesh ", mesh.str());
   const Placements p = normalize_placements(placements, t.dim(), "distribute_tensor");
+  if (is_meta(t)) {
+    // Meta initialisation: the local shard stays meta (its block of the recipe); nothing is
+    // broadcast, nothing allocated. Whoever gives it memory (fully_shard, materialize) fills it.
+    DTensorSpec out{mesh, p, t.sizes(), t.dtype()};
+    for (const Placement& pl : p)
+      DTR_CHECK(!pl.is_strided_shard() && !pl.is_partial(), "distribute_tensor: a meta tensor placed ",
+                placements_str(p), " (strided shards and Partial of meta tensors are not built; materialise it first)");
+    Tensor d = make_dtensor(meta_block(t, out.local_offset(), out.local_shape()), out);
+    if (t.requires_grad() && t.is_leaf()) d.set_requires_grad(true);
+    return d;
+  }
   Tensor full = t.detach().contiguous();
   if (src_data_rank) {
     NoGradGuard ng;

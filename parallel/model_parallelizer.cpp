@@ -6,6 +6,7 @@
 #include "parallel/context_parallel.h"
 #include "parallel/ddp.h"
 #include "parallel/expert_parallel.h"
+#include "parallel/meta_init.h"
 #include "dtensor/spec.h"
 #include "parallel/fsdp/fully_shard.h"
 #include "parallel/tensor_parallel/plan_from_names.h"
@@ -79,6 +80,7 @@ void parallelize_model(nn::Module& model, const MeshContext& ctx) {
   };
   if (ctx.strategy == DataParallelStrategy::ddp) {
     apply_ac();
+    materialize_module(model);  // meta-built: DDP replicas are whole (replicate broadcasts them)
     if (ctx.dp_size > 1) replicate(model, ctx.dp_mesh());
     return;
   }
@@ -87,6 +89,7 @@ void parallelize_model(nn::Module& model, const MeshContext& ctx) {
   const bool mp = ctx.mp_policy.any_dtype();
   if (is_unsharded(ctx) && !mp) {
     apply_ac();
+    materialize_module(model);
     return;
   }
   // fsdp2
@@ -111,7 +114,10 @@ void parallelize_model(nn::Module& model, const MeshContext& ctx) {
   }
   apply_ac();
   // FSDP over dp_shard_cp: cp ranks hold other tokens, so their gradients are averaged too.
-  if (ctx.dp_size * ctx.cp_size == 1 && !mp) return;
+  if (ctx.dp_size * ctx.cp_size == 1 && !mp) {
+    materialize_module(model);  // TP only: each rank fills its TP shards
+    return;
+  }
   FSDPOptions opt;
   opt.mp_policy = ctx.mp_policy;
   opt.offload_policy = ctx.offload_policy;
@@ -140,6 +146,7 @@ void parallelize_model(nn::Module& model, const MeshContext& ctx) {
   FSDPOptions root = opt;
   root.reshard_after_forward = false;
   fully_shard(model, mesh, root);
+  materialize_module(model);  // fully_shard filled the shards; anything left (buffers)
 }
 
 void finish_model_backward(nn::Module& model, const MeshContext& ctx) {

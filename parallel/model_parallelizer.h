@@ -70,6 +70,10 @@ ParallelizePlan recipe_tp_plan(nn::Module& model, const MeshContext& ctx);
 ///  - fsdp2 with dp > 1 and tp > 1: TP, then FSDP + TP: the same fully_shard units on the
 ///    (dp_shard_cp, tp) mesh (ctx.fsdp_tp_mesh(); HSDP: (dp_replicate, dp_shard_cp, tp)), the TP
 ///    DTensors sharded over dp (StridedShard(0, tp) when TP splits dim 0).
+/// A model built under MetaInitGuard (tensor/meta.h) is materialised here: TP keeps local shards
+/// meta, fully_shard fills each rank's rows from the recipe, and materialize_module fills what is
+/// left (unsharded / TP-only / DDP tensors), so no rank ever holds a full copy of a sharded
+/// parameter and no TP parameter is broadcast.
 /// Errors: whatever validate_tp_mesh / tp_plan / check_tp_plan raise; a ctx.tp_plan pattern that
 /// matches no module.
 void parallelize_model(nn::Module& model, const MeshContext& ctx);

@@ -3,6 +3,7 @@
 
 #include "tensor/autograd/grad_mode.h"
 #include "tensor/autograd/node.h"
+#include "tensor/meta.h"
 #include "tensor/ops.h"
 
 namespace dtr {
@@ -92,6 +93,7 @@ bool Tensor::is_contiguous() const {
 void* Tensor::data_ptr() const {
   DTR_CHECK(!is_distributed(), "data_ptr() on a distributed tensor (", impl_->dist->str(), "); use to_local()");
   if (!impl_->storage) return nullptr;
+  if (impl_->storage->nbytes() == 0 && numel() > 0 && is_meta(*this)) meta_detail::data_of_meta(*this);
   return static_cast<char*>(impl_->storage->data()) + impl_->offset * static_cast<int64_t>(itemsize(impl_->dtype));
 }
 

@@ -17,6 +17,7 @@
 #include "models/data/token_shards.h"
 #include "models/formats/gguf.h"
 #include "models/transformer/load.h"
+#include "models/transformer/meta_load.h"
 #include "models/transformer/parallelizer.h"
 #include "models/lora/inject.h"
 #include "models/tokenizer/bpe_tokenizer.h"
@@ -24,6 +25,7 @@
 #include "models/tokenizer/chat_template.h"
 #include "runtime/env.h"
 #include "tensor/error.h"
+#include "tensor/meta.h"
 #include "tensor/random.h"
 
 namespace fs = std::filesystem;
@@ -336,9 +338,19 @@ std::vector<data::Sample> load_samples(const Recipe& r, const DatasetRecipe& d, 
 std::shared_ptr<LlamaForCausalLM> build_model(const Recipe& r, const Plan& p) {
   const DType dt = r.model.dtype == "bf16" ? DType::bf16 : DType::f32;
   manual_seed(r.seed);
-  std::shared_ptr<LlamaForCausalLM> model =
-      r.model.random() ? std::make_shared<LlamaForCausalLM>(p.config, dt) : load_model(r.model.path, dt);
+  // Meta initialisation (tensor/meta.h): shapes only here; parallelize_model then gives each rank
+  // its local shards, drawn from the same Philox stream or read from the file's byte ranges.
+  // MoE HF checkpoints (experts stored one by one) still load eagerly (meta_load.h).
+  const bool meta = r.model.random() || meta_loadable(p.config);
+  std::shared_ptr<LlamaForCausalLM> model;
+  if (r.model.random()) {
+    MetaInitGuard g;
+    model = std::make_shared<LlamaForCausalLM>(p.config, dt);
+  } else {
+    model = meta ? load_model_meta(r.model.path, dt) : load_model(r.model.path, dt);
+  }
   if (r.peft.enabled) {
+    MetaInitGuard g(meta);
     LoraConfig lc;
     lc.target_modules = r.peft.target_modules;
     lc.exclude_modules = r.peft.exclude_modules;

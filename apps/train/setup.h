@@ -55,8 +55,10 @@ std::string dry_run_report(const Recipe& r, const Plan& p);
 std::vector<data::Sample> load_samples(const Recipe& r, const DatasetRecipe& d, const std::string& name,
                                        int32_t* pad_id = nullptr);
 
-/// Builds the model on this rank: loaded from model.path, or random (seeded with rng.seed)
-/// from the config; LoRA injected (base frozen) when peft is set.
+/// Builds the model on this rank on meta tensors (no memory: parallelize_model materialises each
+/// rank's shards): random (seeded with rng.seed) from the config, or reading model.path's byte
+/// ranges (load_model_meta; MoE HF checkpoints load eagerly); LoRA injected (base frozen) when
+/// peft is set.
 std::shared_ptr<LlamaForCausalLM> build_model(const Recipe& r, const Plan& p);
 
 }  // namespace dtr::train

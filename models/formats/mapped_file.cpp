@@ -78,6 +78,14 @@ void AtomicFileWriter::commit() {
   fsync_directory(slash == std::string::npos ? "." : (slash == 0 ? "/" : path_.substr(0, slash)));
 }
 
+void release_mapped_range(const void* p, size_t n) {
+  if (n == 0 || p == nullptr) return;
+  const uintptr_t page = static_cast<uintptr_t>(sysconf(_SC_PAGESIZE));
+  const uintptr_t a = reinterpret_cast<uintptr_t>(p) & ~(page - 1);
+  const uintptr_t b = (reinterpret_cast<uintptr_t>(p) + n + page - 1) & ~(page - 1);
+  madvise(reinterpret_cast<void*>(a), b - a, MADV_DONTNEED);  // advisory: a failure only keeps pages resident
+}
+
 void fsync_directory(const std::string& dir) {
   const int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
   DTR_CHECK(fd >= 0, "cannot open directory '", dir, "' to fsync it: ", std::strerror(errno));

@@ -31,6 +31,11 @@ class MappedFile {
   std::string path_;
 };
 
+/// Drops this process's page-table entries for the mapped pages covering [p, p + n) (MADV_DONTNEED
+/// on a read-only file map: the bytes stay in the page cache and read back the same), so a loader
+/// that read a range does not keep it in its RSS. Page-rounded outwards; no-op for n == 0.
+void release_mapped_range(const void* p, size_t n);
+
 /// fsync of a directory, so that a rename or a new entry in it survives a crash / power loss.
 /// Errors: dtr::Error naming the directory.
 void fsync_directory(const std::string& dir);

@@ -97,29 +97,38 @@ std::vector<std::string> save_sharded(const TensorMap& tensors, const std::strin
   return written;
 }
 
-TensorMap load_checkpoint(const std::string& path, LoadMode mode) {
+std::map<std::string, std::shared_ptr<const SafetensorsFile>> open_checkpoint(const std::string& path) {
   fs::path p(path);
   if (fs::is_directory(p)) {
-    if (fs::exists(p / "model.safetensors.index.json")) return load_checkpoint((p / "model.safetensors.index.json").string(), mode);
-    if (fs::exists(p / "model.safetensors")) return load_file((p / "model.safetensors").string(), mode);
+    if (fs::exists(p / "model.safetensors.index.json")) return open_checkpoint((p / "model.safetensors.index.json").string());
+    if (fs::exists(p / "model.safetensors")) return open_checkpoint((p / "model.safetensors").string());
     DTR_ERROR(path, ": no model.safetensors.index.json or model.safetensors in this directory");
   }
   const std::string s = p.string();
-  if (s.size() < 5 || s.substr(s.size() - 5) != ".json") return load_file(s, mode);
-
+  std::map<std::string, std::shared_ptr<const SafetensorsFile>> out;
+  if (s.size() < 5 || s.substr(s.size() - 5) != ".json") {
+    auto f = std::make_shared<const SafetensorsFile>(SafetensorsFile::open(s));
+    for (const auto& k : f->keys()) out[k] = f;
+    return out;
+  }
   const ShardIndex idx = read_index(s);
   std::map<std::string, std::set<std::string>> by_shard;
   for (const auto& [t, shard] : idx.weight_map) by_shard[shard].insert(t);
-  TensorMap out;
   for (const auto& [shard, names] : by_shard) {
     const std::string sp = (p.parent_path() / shard).string();
-    auto f = SafetensorsFile::open(sp);
+    auto f = std::make_shared<const SafetensorsFile>(SafetensorsFile::open(sp));
     for (const auto& n : names)
-      DTR_CHECK(f.contains(n), s, ": weight_map says tensor '", n, "' is in ", shard, " but that file lacks it");
-    for (const auto& k : f.keys())
+      DTR_CHECK(f->contains(n), s, ": weight_map says tensor '", n, "' is in ", shard, " but that file lacks it");
+    for (const auto& k : f->keys())
       DTR_CHECK(names.count(k), sp, ": holds tensor '", k, "' that the index ", s, " does not list");
-    for (const auto& n : names) out[n] = f.get(n, mode);
+    for (const auto& n : names) out[n] = f;
   }
+  return out;
+}
+
+TensorMap load_checkpoint(const std::string& path, LoadMode mode) {
+  TensorMap out;
+  for (const auto& [name, f] : open_checkpoint(path)) out[name] = f->get(name, mode);
   return out;
 }
 

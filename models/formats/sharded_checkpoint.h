@@ -5,6 +5,7 @@
 // A checkpoint that fits one shard is written as <dir>/model.safetensors without an index.
 #include <cstdint>
 #include <map>
+#include <memory>
 #include <string>
 
 #include "models/formats/safetensors.h"
@@ -42,5 +43,9 @@ std::vector<std::string> save_sharded(const TensorMap& tensors, const std::strin
 /// Errors: nothing to load; an index naming a tensor its shard lacks, or a shard holding a
 /// tensor the index does not list -> dtr::Error naming shard and tensor.
 TensorMap load_checkpoint(const std::string& path, LoadMode mode = LoadMode::copy);
+
+/// The tensors of a checkpoint (same paths and checks as load_checkpoint) without reading them:
+/// tensor name -> its open, mapped file (shared by the names it holds).
+std::map<std::string, std::shared_ptr<const SafetensorsFile>> open_checkpoint(const std::string& path);
 
 }  // namespace dtr::safetensors

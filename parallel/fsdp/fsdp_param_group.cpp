@@ -9,6 +9,7 @@
 #include "tensor/autograd/grad_mode.h"
 #include "tensor/autograd/version_guard.h"
 #include "tensor/ops/collective_copy.h"
+#include "tensor/meta.h"
 #include "tensor/ops.h"
 
 namespace dtr {
@@ -110,20 +111,30 @@ FSDPParamGroup::FSDPParamGroup(nn::Module& module, std::vector<std::pair<std::ve
   for (size_t i = 0; i < params_.size(); ++i) {
     FSDPParam& p = params_[i];
     const Tensor& src = params[i].second;
-    const Tensor full = (src.is_distributed() ? local_tensor(src) : src).detach().contiguous();
+    const Tensor& whole = src.is_distributed() ? local_tensor(src) : src;
     Shape local_shape = p.shape;
     local_shape[0] = p.local_rows;
     Tensor local = flat_shard_.narrow(0, p.shard_offset, p.local_rows * p.row_numel).view(local_shape);
-    if (p.local_rows > 0) local.copy_(full.narrow(0, coord * p.chunk_rows, p.local_rows));
+    if (is_meta(whole)) {
+      // Meta initialisation: this rank's rows are made here, from the recipe (Philox by global
+      // offset, or the file's byte range); the full tensor never exists on any rank.
+      Shape at(p.shape.size(), 0);
+      at[0] = coord * p.chunk_rows;
+      fill_from_meta(whole, at, local);
+    } else if (p.local_rows > 0) {
+      local.copy_(whole.detach().contiguous().narrow(0, coord * p.chunk_rows, p.local_rows));
+    }
     p.sharded = make_dtensor(local, *p.spec);
     if (p.trainable) p.sharded.set_requires_grad(true);
     p.sharded.set_name(p.fqns[0]);
     // The unsharded parameter: a persistent leaf whose storage is allocated only while gathered
     // (under FSDP + TP a DTensor with the TP spec over that storage).
     // Padded to shard size x chunk_rows rows, so the copy-out writes every rank's chunk at once.
-    p.padded = empty({shard_size_ * p.padded_numel()}, TensorOptions(param_dtype_).with_device(device_));
+    // A 0-byte storage from the start: allocating the full size first, even briefly, would put a
+    // whole parameter on every rank at wrap time.
+    p.padded = make_view(empty({0}, TensorOptions(param_dtype_).with_device(device_)), {shard_size_ * p.padded_numel()},
+                         {1}, 0);
     Tensor buf = p.padded.narrow(0, 0, p.rows * p.row_numel).view(p.shape);
-    p.padded.storage()->resize_(0);
     p.unsharded = p.tp_spec ? make_dtensor(buf, *p.tp_spec) : buf;
     // A replicated TP parameter used on sharded activations (sequence parallelism) gets a
     // Partial gradient: keep it, so that its tp reduction runs in reduce_dtype (reduce_grads_async).

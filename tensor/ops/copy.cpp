@@ -5,6 +5,7 @@
 #include "tensor/dispatch.h"
 #include "tensor/ops.h"
 #include "tensor/ops/shape.h"
+#include "tensor/meta.h"
 #include "tensor/ops/cpu/copy_kernel.h"
 
 namespace dtr {
@@ -108,6 +109,10 @@ Tensor contiguous(const Tensor& x) {
 
 Tensor& Tensor::copy_(const Tensor& src) {
   check_inplace(*this, "copy_");
+  if (is_meta(*this)) {  // building under MetaInitGuard: the recipe changes, no data moves
+    meta_detail::copy_into_meta(*this, src);
+    return *this;
+  }
   static const OpDef* op = op_def("copy_");
   // Across devices (e.g. CPU -> CUDA): move src to this tensor's device, then copy there.
   const bool cross = !is_distributed() && !src.is_distributed() && src.device() != device();
@@ -118,6 +123,10 @@ Tensor& Tensor::copy_(const Tensor& src) {
 
 Tensor& Tensor::fill_(double v) {
   check_inplace(*this, "fill_");
+  if (is_meta(*this)) {
+    meta_detail::fill_meta(*this, v);
+    return *this;
+  }
   static const OpDef* op = op_def("fill_");
   dispatch(OpCall{op, {*this}, {v}});
   bump_version();

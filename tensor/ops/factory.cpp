@@ -3,6 +3,7 @@
 
 #include "tensor/dispatch.h"
 #include "tensor/ops.h"
+#include "tensor/meta.h"
 #include "tensor/ops/cpu/copy_kernel.h"
 #include "tensor/random.h"
 
@@ -29,10 +30,27 @@ Tensor random_fill(const Shape& shape, const TensorOptions& opt, F f) {
   return finish(t.to(opt.dtype), opt.with_device(opt.device));
 }
 
+/// Under MetaInitGuard: a meta tensor that records `source`.
+Tensor meta_factory(const Shape& shape, const TensorOptions& opt, std::shared_ptr<const InitSource> source) {
+  Tensor t = meta_tensor(shape, opt.dtype, opt.device, std::move(source));
+  if (opt.requires_grad) t.set_requires_grad(true);
+  return t;
+}
+
+/// Under MetaInitGuard: reserves the Philox offsets the eager draw would take and records them.
+template <class Make>
+Tensor meta_random(const Shape& shape, const TensorOptions& opt, Make make) {
+  DTR_CHECK(is_floating(opt.dtype), "random factory: dtype must be floating, got ", opt.dtype);
+  const GeneratorState g = generator_state();
+  const uint64_t base = reserve_random_offsets(static_cast<uint64_t>(shape_numel(shape)));
+  return meta_factory(shape, opt, make(g.seed, base));
+}
+
 }  // namespace
 
 /// Filled on its own device (the fill_ kernel of that device: no host buffer, no copy).
 Tensor full(const Shape& shape, double value, TensorOptions opt) {
+  if (meta_init_enabled()) return meta_factory(shape, opt, constant_init(value));
   Tensor t = empty(shape, TensorOptions(opt.dtype).with_device(opt.device));
   static const OpDef* fill = op_def("fill_");
   dispatch(OpCall{fill, {t}, {value}});
@@ -90,10 +108,14 @@ Tensor rand(const Shape& shape, TensorOptions opt) { return uniform(shape, 0.0, 
 Tensor randn(const Shape& shape, TensorOptions opt) { return normal(shape, 0.0, 1.0, opt); }
 
 Tensor uniform(const Shape& shape, double low, double high, TensorOptions opt) {
+  if (meta_init_enabled())
+    return meta_random(shape, opt, [=](uint64_t s, uint64_t o) { return uniform_init(low, high, s, o); });
   return random_fill(shape, opt, [=](uint64_t s, uint64_t i) { return low + (high - low) * philox_uniform(s, i); });
 }
 
 Tensor normal(const Shape& shape, double mean, double std, TensorOptions opt) {
+  if (meta_init_enabled())
+    return meta_random(shape, opt, [=](uint64_t s, uint64_t o) { return normal_init(mean, std, s, o); });
   return random_fill(shape, opt, [=](uint64_t s, uint64_t i) { return mean + std * philox_normal(s, i); });
 }
 

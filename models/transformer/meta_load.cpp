@@ -1,0 +1,226 @@
+// Meta loading: parameters whose recipes read their block of the file (see meta_load.h).
+#include "models/transformer/meta_load.h"
+
+#include <algorithm>
+#include <cstring>
+#include <set>
+
+#include "models/formats/gguf.h"
+#include "models/formats/gguf_types.h"
+#include "models/formats/hf_config.h"
+#include "models/formats/mapped_file.h"
+#include "models/formats/sharded_checkpoint.h"
+#include "models/transformer/gguf_names.h"
+#include "tensor/autograd/grad_mode.h"
+#include "tensor/meta.h"
+#include "tensor/ops.h"
+
+namespace dtr {
+namespace {
+
+/// Number of runs of the last dim in a block of shape `sz`, and the global element index of the
+/// first element of run r (row-major over the leading dims, offsets added).
+int64_t runs_of(const Shape& sz) {
+  if (sz.empty()) return 1;
+  return sz.back() == 0 ? 0 : shape_numel(sz) / sz.back();
+}
+int64_t run_start(const Shape& global, const Shape& offset, const Shape& sz, int64_t r) {
+  const Shape gs = contiguous_strides(global);
+  const int64_t nd = static_cast<int64_t>(sz.size());
+  int64_t base = nd > 0 ? offset[nd - 1] : 0;
+  for (int64_t d = nd - 2; d >= 0; --d) {
+    base += (offset[d] + r % sz[d]) * gs[d];
+    r /= sz[d];
+  }
+  return base;
+}
+
+/// A tensor of a safetensors file: the block's byte runs are copied out of the map (file dtype),
+/// then cast into the destination.
+class SafetensorsBlock final : public InitSource {
+ public:
+  SafetensorsBlock(std::shared_ptr<const safetensors::SafetensorsFile> f, std::string name)
+      : f_(std::move(f)), name_(std::move(name)) {}
+
+  void fill(const Shape& global, const Shape& offset, Tensor& out) const override {
+    const auto& e = f_->entry(name_);
+    DTR_CHECK(e.shape == global, f_->path(), ": tensor '", name_, "' has shape ", e.shape, ", the model needs ", global);
+    const std::string_view raw = f_->raw(name_);
+    const size_t es = itemsize(e.dtype);
+    const Shape& sz = out.sizes();
+    const int64_t last = sz.empty() ? 1 : sz.back();
+    const bool direct = out.device().is_cpu() && out.is_contiguous() && out.dtype() == e.dtype;
+    Tensor tmp = direct ? out : empty(sz, TensorOptions(e.dtype));
+    char* dst = static_cast<char*>(tmp.data_ptr());
+    const int64_t n = runs_of(sz);
+    for (int64_t r = 0; r < n; ++r) {
+      const int64_t g = run_start(global, offset, sz, r);
+      std::memcpy(dst + static_cast<size_t>(r * last) * es, raw.data() + static_cast<size_t>(g) * es,
+                  static_cast<size_t>(last) * es);
+    }
+    if (!direct) out.copy_(tmp);
+    release_mapped_range(raw.data(), raw.size());
+  }
+  std::string str() const override { return f_->path() + ": " + name_; }
+
+ private:
+  std::shared_ptr<const safetensors::SafetensorsFile> f_;
+  std::string name_;
+};
+
+/// A GGUF tensor (HF order): per HF row of the block, its GGUF row (llama.cpp's Q/K permutation)
+/// and only the quantisation blocks covering the block's columns are dequantised; then the
+/// family's norm shift is taken off, in f32 as load_gguf_state_dict does.
+class GGUFBlock final : public InitSource {
+ public:
+  GGUFBlock(std::shared_ptr<const gguf::GGUFFile> g, std::string name, int64_t permute_heads, double shift)
+      : g_(std::move(g)), name_(std::move(name)), heads_(permute_heads), shift_(shift) {}
+
+  void fill(const Shape& global, const Shape& offset, Tensor& out) const override {
+    const auto& ti = g_->tensor_info(name_);
+    DTR_CHECK(ti.shape() == global, g_->path(), ": tensor '", name_, "' has shape ", ti.shape(), ", the model needs ",
+              global);
+    DTR_CHECK(global.size() <= 2, g_->path(), ": tensor '", name_, "' has ", global.size(),
+              " dims; sharded GGUF reads handle 1-d and 2-d tensors");
+    const std::string ctx = g_->path() + ": tensor '" + name_ + "'";
+    const gguf::TypeTraits& tt = gguf::type_traits(ti.type, ctx);
+    const std::string_view raw = g_->raw(name_);
+    const auto* base = reinterpret_cast<const uint8_t*>(raw.data());
+    // A 1-d tensor is one row of values, except under the Q/K permutation (a bias), where each
+    // value is its own row of 1 (unpermute_qk treats a bias as [rows, 1]).
+    const bool one_d = global.size() == 1;
+    const int64_t rows = one_d ? (heads_ ? global[0] : 1) : global[0];
+    const int64_t cols = one_d ? (heads_ ? 1 : global[0]) : global[1];
+    const int64_t r0 = one_d ? (heads_ ? offset[0] : 0) : offset[0];
+    const int64_t nr = one_d ? (heads_ ? out.sizes()[0] : 1) : out.sizes()[0];
+    const int64_t c0 = one_d ? (heads_ ? 0 : offset[0]) : offset[1];
+    const int64_t nc = one_d ? (heads_ ? 1 : out.sizes()[0]) : out.sizes()[1];
+    // Row bytes of the packed tensor (GGUF ne[0] = values per row).
+    const int64_t row_values = one_d ? global[0] : global[1];
+    const int64_t row_b = gguf::row_bytes(tt, row_values, ctx);
+    const int64_t bs = tt.block_size;
+    if (heads_) DTR_CHECK(rows % (2 * heads_) == 0, ctx, ": ", rows, " rows are not divisible by 2 x ", heads_, " heads");
+    const int64_t d = heads_ ? rows / heads_ : 1;
+    Tensor tmp = empty(out.sizes(), TensorOptions(DType::f32));
+    float* dst = tmp.data<float>();
+    std::vector<float> scratch;
+    for (int64_t i = 0; i < nr; ++i) {
+      int64_t r = r0 + i;
+      if (heads_) {  // hf_row[h*d + j*(d/2) + k] = gguf_row[h*d + 2*k + j]
+        const int64_t h = r / d, w = r % d, j = w / (d / 2), k = w % (d / 2);
+        r = h * d + 2 * k + j;
+      }
+      // GGUF position of (row r, column c0): a 1-d permuted tensor is a row of values.
+      const int64_t first = one_d && heads_ ? r : c0;
+      const int64_t row_start = one_d ? 0 : r * row_b;
+      const int64_t b0 = first / bs, b1 = (first + nc + bs - 1) / bs;
+      scratch.resize(static_cast<size_t>((b1 - b0) * bs));
+      tt.dequantize(base + row_start + b0 * tt.type_size, scratch.data(), (b1 - b0) * bs);
+      std::memcpy(dst + i * nc, scratch.data() + (first - b0 * bs), static_cast<size_t>(nc) * sizeof(float));
+    }
+    (void)cols;
+    if (shift_ != 0)
+      for (int64_t i = 0; i < tmp.numel(); ++i) dst[i] -= static_cast<float>(shift_);
+    out.copy_(tmp);
+    release_mapped_range(raw.data(), raw.size());
+  }
+  std::string str() const override { return g_->path() + ": " + name_; }
+
+ private:
+  std::shared_ptr<const gguf::GGUFFile> g_;
+  std::string name_;
+  int64_t heads_;
+  double shift_;
+};
+
+/// Strict key check of load_state_dict (load.cpp's rules): every model key in `have`, nothing else.
+void check_keys(const CausalLM& m, const std::set<std::string>& have, const std::string& source,
+                const std::string& what_missing = "") {
+  std::vector<std::string> missing, unexpected;
+  std::set<std::string> want;
+  for (const auto& [fqn, t] : m.state_dict()) {
+    want.insert(fqn);
+    const bool tied_head = m.tied() && fqn == "lm_head.weight";
+    if (!have.count(fqn) && !tied_head) missing.push_back(what_missing.empty() ? fqn : what_missing + fqn);
+  }
+  for (const auto& k : have)
+    if (!want.count(k)) unexpected.push_back(k);
+  auto join = [](const std::vector<std::string>& v) {
+    std::string s;
+    for (const auto& x : v) s += (s.empty() ? "\"" : ", \"") + x + "\"";
+    return s;
+  };
+  DTR_CHECK(missing.empty() && unexpected.empty(), source, ": load_state_dict: error(s) in loading state_dict for ",
+            m.type_name(), ":", missing.empty() ? "" : " Missing key(s) in state_dict: " + join(missing) + ".",
+            unexpected.empty() ? "" : " Unexpected key(s) in state_dict: " + join(unexpected) + ".");
+}
+
+/// Gives every parameter of `m` its source (lm_head of a tied model: the embedding's, the same tensor).
+template <class Make>
+void attach(CausalLM& m, const std::string& source, Make make) {
+  for (const auto& [fqn, p] : m.named_parameters()) {
+    DTR_CHECK(is_meta(p), source, ": parameter '", fqn, "' is not meta");
+    set_init_source(p, make(fqn, p));
+  }
+}
+
+std::shared_ptr<CausalLM> build_meta(const ModelConfig& c, DType dtype) {
+  MetaInitGuard meta;
+  return std::make_shared<CausalLM>(c, dtype, /*init=*/false);
+}
+
+std::shared_ptr<CausalLM> load_gguf_meta(const std::string& path, DType dtype) {
+  auto g = std::make_shared<const gguf::GGUFFile>(gguf::GGUFFile::open(path));
+  const ModelConfig c = model_config_from_gguf(*g);
+  auto m = build_meta(c, dtype);
+  std::set<std::string> have;
+  for (const auto& ti : g->tensors()) {
+    const std::string hf = gguf_to_hf_name(ti.name, c.model_type);
+    if (hf.empty()) continue;
+    const Shape want = expected_shape(hf, c);
+    DTR_CHECK(ti.shape() == want, path, ": tensor '", ti.name, "' (", hf, ") has shape ", ti.shape(),
+              " but the config needs ", want);
+    have.insert(hf);
+  }
+  for (const auto& name : required_tensor_names(c))
+    DTR_CHECK(have.count(name), path, ": missing tensor '", hf_to_gguf_name(name, c.model_type), "' (", name, ")");
+  check_keys(*m, have, path);
+  attach(*m, path, [&](const std::string& fqn, const Tensor&) -> std::shared_ptr<const InitSource> {
+    return std::make_shared<GGUFBlock>(g, hf_to_gguf_name(fqn, c.model_type), qk_permute_heads(fqn, c),
+                                       gguf_value_shift(fqn, c));
+  });
+  return m;
+}
+
+std::shared_ptr<CausalLM> load_hf_meta(const std::string& path, DType dtype) {
+  const ModelConfig c = load_model_config(path);
+  DTR_CHECK(meta_loadable(c), path, ": ", c.model_type,
+            " checkpoints store experts one by one; meta loading of MoE checkpoints is not built (use load_model)");
+  auto files = safetensors::open_checkpoint(path);
+  for (auto it = files.begin(); it != files.end();) it = it->first.ends_with("rotary_emb.inv_freq") ? files.erase(it) : std::next(it);
+  auto m = build_meta(c, dtype);
+  std::set<std::string> have;
+  for (const auto& [k, f] : files) have.insert(k);
+  check_keys(*m, have, path);
+  const auto params = m->named_parameters();
+  for (const auto& [fqn, p] : params) {
+    const auto& e = files.at(fqn)->entry(fqn);
+    DTR_CHECK(e.shape == p.sizes(), path, ": load_state_dict: size mismatch for ", fqn, ": copying a param with shape ",
+              e.shape, " from checkpoint, the shape in current model is ", p.sizes());
+  }
+  attach(*m, path, [&](const std::string& fqn, const Tensor&) -> std::shared_ptr<const InitSource> {
+    return std::make_shared<SafetensorsBlock>(files.at(fqn), fqn);
+  });
+  return m;
+}
+
+}  // namespace
+
+bool meta_loadable(const ModelConfig& c) { return c.num_experts == 0; }
+
+std::shared_ptr<CausalLM> load_model_meta(const std::string& path, DType dtype) {
+  if (path.ends_with(".gguf")) return load_gguf_meta(path, dtype);
+  return load_hf_meta(path, dtype);
+}
+
+}  // namespace dtr
