@@ -202,6 +202,11 @@ Tensor meta_block(const Tensor& t, const Shape& offset, const Shape& shape) {
   return meta_tensor(shape, t.dtype(), t.device(), d->source, d->global, off);
 }
 
+Tensor meta_to_device(const Tensor& t, Device device) {
+  auto d = require(t, "meta_to_device");
+  return meta_tensor(t.sizes(), t.dtype(), device, d->source, d->global, d->offset);
+}
+
 void fill_from_meta(const Tensor& t, const Shape& offset, Tensor& out) {
   if (out.numel() == 0) return;
   auto d = require(t, "fill_from_meta");

@@ -59,6 +59,8 @@ void set_init_source(const Tensor& t, std::shared_ptr<const InitSource> source);
 std::string init_source_str(const Tensor& t);
 /// The meta tensor for the block of meta tensor `t` at `offset` (relative to t) of `shape`.
 Tensor meta_block(const Tensor& t, const Shape& offset, const Shape& shape);
+/// Meta tensor `t` on `device` (same block, same recipe; nothing is allocated or copied).
+Tensor meta_to_device(const Tensor& t, Device device);
 /// Fills `out` with the block of meta tensor `t` at `offset` (relative to t; out.sizes() is the
 /// block). Errors: t not meta, the block outside t.
 void fill_from_meta(const Tensor& t, const Shape& offset, Tensor& out);

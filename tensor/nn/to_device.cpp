@@ -4,6 +4,7 @@
 #include <unordered_map>
 
 #include "tensor/autograd/grad_mode.h"
+#include "tensor/meta.h"
 
 namespace dtr::nn {
 
@@ -15,7 +16,8 @@ void module_to_device(Module& m, Device device) {
               " before parallelizing it");
     auto it = moved.find(t.impl());
     if (it != moved.end()) return it->second;
-    Tensor d = t.device() == device ? t : t.detach().to(device);
+    // A meta tensor (meta initialisation) moves without data: its recipe fills it on `device`.
+    Tensor d = t.device() == device ? t : is_meta(t) ? meta_to_device(t, device) : t.detach().to(device);
     if (d.impl() != t.impl()) {
       if (t.requires_grad()) d.set_requires_grad(true);
       d.set_name(t.name());
