@@ -19,7 +19,8 @@
 #         (1 rank and dp 2; configs/ci/chat.yaml on the perlfaq data, skipped when absent).
 # pp:     pipeline parallelism (distributed.pp_size) gives the single-process losses and validation
 #         losses within LOSS_RTOL: pp 2 with 1f1b, gpipe with pp_microbatch_size 1 (8 micro-batches),
-#         pp 2 x dp 2, pp 2 x tp 2 on the CI recipe (LoRA); the pp 2 step-10 checkpoint resumed on
+#         pp 2 x dp 2, pp 2 x tp 2 on the CI recipe (LoRA), with 4 layers interleaved 1F1B and a
+#         layer list (3 + 1); the pp 2 step-10 checkpoint resumed on
 #         1 rank and the single-process one on pp 2 continue the single-process losses; the pp 2
 #         adapter export has the single-process adapter's tensors.
 # cp:     context parallelism (distributed.cp_size) gives the single-process losses and
@@ -246,6 +247,17 @@ pp)
   mesh_specs_vs_single $out/pp_single "pp2:2:pp_size=2" \
     "pp2gpipe:2:pp_size=2 pipeline.pp_schedule=gpipe pipeline.pp_microbatch_size=1" \
     "pp2dp2:4:pp_size=2 dp_size=2" "pp2tp2:4:pp_size=2 tp_size=2"
+  # 4 layers: interleaved 1F1B (2 stages per rank) and a recipe layer list (3 + 1).
+  rm -rf $out/pp_single4 && run 1 configs/ci/single.yaml --set model.config.num_hidden_layers=4 \
+    --set checkpoint.checkpoint_dir=$out/pp_single4 > /dev/null || fail "4-layer single run"
+  for spec in "pp2i:pipeline.pp_schedule=interleaved1f1b" "pp2list:pipeline.layers_per_stage=[3,1]"; do
+    IFS=: read -r name set <<<"$spec"
+    rm -rf "$out/$name"
+    log=$(run 2 configs/ci/single.yaml --set model.config.num_hidden_layers=4 --set distributed.pp_size=2 \
+          --set "distributed.$set" --set checkpoint.checkpoint_dir=$out/$name 2>&1) || { echo "$log" | tail -20; fail "$name run"; }
+    echo "== $name (4 layers, pp 2, $set) vs single"
+    "$CMP" $out/pp_single4/metrics.jsonl $out/$name/metrics.jsonl --rtol $LOSS_RTOL || fail "$name losses"
+  done
   # Checkpoints load on another pp size: pp 2's step 10 on 1 rank, the single run's step 10 on pp 2.
   for spec in "pp2_to_1:pp2:1:" "1_to_pp2:pp_single:2:--set distributed.pp_size=2"; do
     IFS=: read -r name src np extra <<<"$spec"
