@@ -328,9 +328,13 @@ YAML::Node translate_automodel(const YAML::Node& in, const std::string& file, st
   {
     Sec s = sec("packed_sequence");
     if (s.present()) {
-      s.reject_unless("packed_sequence_size", [](const YAML::Node& v) { return as_number(v, 1) == 0; },
-                      "packing several samples into one sequence is not built in dtr (use 0)");
-      s.ignore({"split_across_pack", "packing_strategy", "max_packs"});
+      // Automodel packs the training dataset (its pack_dataset); dtr's dataset.packed_sequence_size.
+      Sec ds = sec("dataset");
+      if (s.has("packed_sequence_size") && ds.present() && !ds.has("packed_sequence_size"))
+        ds.set("packed_sequence_size", s.get("packed_sequence_size"));
+      s.drop("packed_sequence_size");
+      s.reject_unless("split_across_pack", is_false, "splitting a sample across packs is not built in dtr (use false)");
+      s.ignore({"packing_strategy", "max_packs"});
       for (const auto& kv : s.node()) s.fail(kv.first.as<std::string>(), kNotBuilt);
     }
     if (croot["packed_sequence"].IsDefined()) root.remove("packed_sequence");

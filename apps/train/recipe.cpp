@@ -152,8 +152,9 @@ void parse_dataset(Recipe& r, const YAML::Node& n, const std::string& name, Data
               "has role '" + role + "'; expected context, question, answer");
   s.require(d.packed_sequence_size >= 0, "packed_sequence_size",
             "must be >= 0 (0 = no packing), got " + std::to_string(d.packed_sequence_size));
-  s.require(d.packed_sequence_size == 0 || d.type == "chat_jsonl", "packed_sequence_size",
-            "packs chat_jsonl samples; " + d.type + " windows are already full rows of seq_len tokens");
+  s.require(d.packed_sequence_size == 0 || d.type == "chat_jsonl" || instruction, "packed_sequence_size",
+            "packs chat_jsonl / squad / column_mapped samples; " + d.type +
+                " windows are already full rows of seq_len tokens");
   s.require(d.packed_sequence_size == 0 || d.packed_sequence_size >= d.seq_len, "packed_sequence_size",
             "=" + std::to_string(d.packed_sequence_size) + " is below seq_len=" + std::to_string(d.seq_len) +
                 ": a pack holds whole samples of up to seq_len tokens");

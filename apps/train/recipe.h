@@ -61,7 +61,7 @@ struct DatasetRecipe {
   std::string type = "chat_jsonl";  // chat_jsonl | text | token_shards
   std::vector<std::string> paths;
   int64_t seq_len = 256;  // chat samples are truncated to it; text / token_shards windows
-  // NeMo Automodel's packed_sequence_size: > 0 packs chat samples into rows of this many tokens
+  // NeMo Automodel's packed_sequence_size: > 0 packs chat / instruction samples into rows of this many tokens
   // (models/data/packing.h); 0 = one sample per row.
   int64_t packed_sequence_size = 0;
   // Unpacked rows: each micro-batch is padded to its longest sample rounded up to a multiple of

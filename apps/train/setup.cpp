@@ -182,6 +182,9 @@ Plan make_plan(const Recipe& r, int world) {
   const PipelineConfig& pc = p.mesh.pipeline;
   p.pp_microbatch_rows = pc.microbatch_size > 0 ? pc.microbatch_size : st.local_batch_size;
   if (p.mesh.pp_size > 1) {
+    DTR_CHECK(r.dataset.packed_sequence_size == 0, "dataset.packed_sequence_size=", r.dataset.packed_sequence_size,
+              " with distributed.pp_size=", p.mesh.pp_size,
+              ": packed rows under pipeline parallelism are not built in dtr (use one of them)");
     DTR_CHECK(st.local_batch_size % p.pp_microbatch_rows == 0, "distributed.pipeline.pp_microbatch_size=",
               p.pp_microbatch_rows, " does not divide step_scheduler.local_batch_size=", st.local_batch_size);
     DTR_CHECK(c.num_experts == 0, "distributed.pp_size=", p.mesh.pp_size,
@@ -207,9 +210,8 @@ Plan make_plan(const Recipe& r, int world) {
   DTR_CHECK(cp == 1 || r.dataset.packed_sequence_size == 0, "dataset.packed_sequence_size=",
             r.dataset.packed_sequence_size, " with distributed.cp_size=", cp,
             ": packed rows under context parallelism are not built in dtr (use one of them)");
-  DTR_CHECK(r.dataset.packed_sequence_size == 0, "dataset.packed_sequence_size=", r.dataset.packed_sequence_size,
-            ": packed rows need a document mask in attention, which dtr-train does not build yet (use 0: each "
-            "micro-batch is padded to its longest sample)");
+  DTR_CHECK(r.dataset.packed_sequence_size <= max_pos, "dataset.packed_sequence_size=", r.dataset.packed_sequence_size,
+            " exceeds the model's max_position_embeddings=", max_pos, " (", p.model_source, ")");
   if (r.peft.enabled && r.peft.dim > c.hidden_size)
     DTR_ERROR("peft.dim=", r.peft.dim, " exceeds hidden_size=", c.hidden_size, " (", p.model_source, ")");
   const int64_t lora = lora_param_count(c, r.peft);

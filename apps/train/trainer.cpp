@@ -144,8 +144,10 @@ struct Trainer {
     if (rank == 0) progress->note(s);
   }
 
-  /// Packed rows are full already; unpacked ones are padded to the micro-batch's longest
-  /// sample, rounded up to pad_seq_len_divisible and capped at seq_len.
+  /// Packed rows are full already and carry their documents (position / document ids, handed
+  /// to the attention layers: per-document RoPE and a block-diagonal causal mask); unpacked ones
+  /// are padded to the micro-batch's longest sample, rounded up to pad_seq_len_divisible and
+  /// capped at seq_len.
   /// Context parallelism: rows are padded to a multiple of 2 cp as well (seq_len is one, checked in
   /// make_plan) and each rank keeps its load-balanced slice of input ids and labels.
   data::Batch make_batch(const DatasetRecipe& d, std::vector<data::Sample> samples) const {
@@ -153,6 +155,7 @@ struct Trainer {
     o.pad_id = pad_id;
     o.pad_seq_len_divisible = std::lcm(d.pad_seq_len_divisible, 2 * ctx().cp_size);
     o.max_length = d.seq_len;
+    o.documents = d.packed_sequence_size > 0;
     data::Batch b = data::collate(samples, o);
     if (ctx().cp_size > 1) {
       const int64_t r = ctx().cp_mesh().coordinate(0);
@@ -161,7 +164,9 @@ struct Trainer {
       b.num_label_tokens = 0;
       for (int64_t l : b.labels.to_vector<int64_t>()) b.num_label_tokens += l != data::kIgnoreIndex;
     }
-    return batch_to_device(std::move(b));
+    b = batch_to_device(std::move(b));
+    if (model) set_attention_documents(*model, b.position_ids, b.document_ids);  // undefined: none
+    return b;
   }
 
   /// The model's device (model.device; cuda: the GPU of this rank's local rank).

@@ -77,7 +77,21 @@ Tensor Attention::forward(const Tensor& x) {
             k.size(1));
   Tensor cos, sin;
   DTR_CHECK(!(use_cache_ && cp_), type_name(), ": the KV cache (generation) does not run under context parallelism");
-  if (use_cache_) {
+  const bool docs = document_ids_.defined();
+  if (docs) {
+    DTR_CHECK(!use_cache_, type_name(), ": documents (sequence packing) and the KV cache do not combine");
+    DTR_CHECK(!cp_, type_name(), ": documents (sequence packing) under context parallelism are not built");
+    DTR_CHECK(position_ids_.sizes() == Shape({B, T}) && document_ids_.sizes() == Shape({B, T}), type_name(),
+              ": position_ids ", position_ids_.sizes(), " / document_ids ", document_ids_.sizes(),
+              " must be [B, T] of x ", x.sizes());
+    if (!doc_cos_.defined() || doc_dt_ != q.dtype()) {
+      NoGradGuard ng;
+      std::tie(doc_cos_, doc_sin_) = rope_tables(position_ids_, head_dim, rope_theta, q.dtype());  // [B, 1, T, D]
+      doc_dt_ = q.dtype();
+    }
+    cos = doc_cos_;
+    sin = doc_sin_;
+  } else if (use_cache_) {
     const int64_t past = cache_length();
     NoGradGuard ng;
     std::tie(cos, sin) = rope_tables(T, head_dim, rope_theta, past, q.dtype());
@@ -87,7 +101,8 @@ Tensor Attention::forward(const Tensor& x) {
   if (cos.device() != q.device()) {  // the tables are made on the host: moved once per length / dtype
     cos = cos.to(q.device());
     sin = sin.to(q.device());
-    if (!use_cache_) std::tie(rope_cos_, rope_sin_) = std::make_pair(cos, sin);
+    if (docs) std::tie(doc_cos_, doc_sin_) = std::make_pair(cos, sin);
+    else if (!use_cache_) std::tie(rope_cos_, rope_sin_) = std::make_pair(cos, sin);
   }
   q = rotary_embedding(q, cos, sin);
   k = rotary_embedding(k, cos, sin);
@@ -100,10 +115,13 @@ Tensor Attention::forward(const Tensor& x) {
     k_cache_ = k.contiguous();
     v_cache_ = v.contiguous();
   }
-  // [B, Hq, T, D], causal aligned bottom-right; the window (if any) counts from each query back.
+  // [B, Hq, T, D], causal aligned bottom-right; the window (if any) counts from each query back;
+  // with documents, within each document only.
   // Context parallelism: the same over the whole sequences of the cp group (global positions).
+  SdpaMask mask;
+  if (docs) mask.q_document_ids = document_ids_.device() == q.device() ? document_ids_ : document_ids_.to(q.device());
   Tensor o = cp_ ? context_parallel_attention(q, k, v, cp_, /*is_causal=*/true, scale, window)
-                 : scaled_dot_product_attention(q, k, v, /*is_causal=*/true, scale, window);
+                 : scaled_dot_product_attention(q, k, v, /*is_causal=*/true, scale, window, mask);
   o = reshape(transpose(o, 1, 2), {B, T, -1});
   return call_child(*this, "o_proj", o);
 }
@@ -117,6 +135,22 @@ void Attention::enable_kv_cache(bool on) {
 void Attention::set_context_parallel(std::shared_ptr<ProcessGroup> cp_group) {
   cp_ = cp_group && cp_group->size() > 1 ? std::move(cp_group) : nullptr;
   rope_cos_ = rope_sin_ = Tensor();  // positions change
+}
+
+void Attention::set_documents(const Tensor& position_ids, const Tensor& document_ids) {
+  DTR_CHECK(position_ids.defined() == document_ids.defined(), type_name(),
+            ": set_documents needs both position_ids and document_ids (or neither)");
+  DTR_CHECK(!position_ids.defined() || (position_ids.dtype() == DType::i64 && document_ids.dtype() == DType::i64),
+            type_name(), ": position_ids / document_ids must be int64, got ", position_ids.dtype(), " / ",
+            document_ids.dtype());
+  position_ids_ = position_ids;
+  document_ids_ = document_ids;
+  doc_cos_ = doc_sin_ = Tensor();
+}
+
+void set_attention_documents(nn::Module& model, const Tensor& position_ids, const Tensor& document_ids) {
+  for (auto& [fqn, m] : model.named_modules())
+    if (auto* a = dynamic_cast<Attention*>(m.get())) a->set_documents(position_ids, document_ids);
 }
 
 void enable_kv_cache(nn::Module& model, bool on) {

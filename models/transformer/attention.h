@@ -49,6 +49,14 @@ class Attention : public nn::Module, public ContextParallelModule {
   /// Cached positions (0 when disabled or reset).
   int64_t cache_length() const { return k_cache_.defined() ? k_cache_.size(2) : 0; }
 
+  /// Documents of the rows the next forward passes run (sequence packing): position_ids and
+  /// document_ids i64 [B, T] (data::Batch's). RoPE then takes each token's position_ids entry and
+  /// attention is causal within each document only (SdpaMask::q_document_ids), so a packed row
+  /// computes what its documents compute alone. Kept until the next call (activation
+  /// checkpointing recomputes with the same documents); undefined tensors = none (positions
+  /// 0..T-1, plain causal). Errors at forward: shapes other than x's [B, T]; with the KV cache.
+  void set_documents(const Tensor& position_ids, const Tensor& document_ids);
+
  private:
   /// cos/sin [T, head_dim] for positions 0..T-1 (under context parallelism the T global
   /// positions of this rank's slice), cached for the last (T, dtype).
@@ -60,9 +68,15 @@ class Attention : public nn::Module, public ContextParallelModule {
   bool use_cache_ = false;
   Tensor k_cache_, v_cache_;  // [B, Hkv, S, D]
   std::shared_ptr<ProcessGroup> cp_;  // context parallelism (size > 1), else null
+  Tensor position_ids_, document_ids_;  // set_documents
+  Tensor doc_cos_, doc_sin_;            // rope_tables(position_ids_) for doc_dt_, built at first use
+  DType doc_dt_ = DType::f32;
 };
 
 /// Turns the KV cache of every attention layer of `model` on (emptied) or off.
 void enable_kv_cache(nn::Module& model, bool on);
+
+/// Attention::set_documents on every attention layer of `model` (undefined tensors: none).
+void set_attention_documents(nn::Module& model, const Tensor& position_ids, const Tensor& document_ids);
 
 }  // namespace dtr

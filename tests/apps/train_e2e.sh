@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # End-to-end tests of dtr-train on the CI recipes (configs/ci/*.yaml), run from the repo root:
-#   train_e2e.sh meshes|resume|epochs|padding|cp|pp|errors|moe_ep|moe_lora DTR_TRAIN COMPARE_METRICS [MPIRUN]
+#   train_e2e.sh meshes|resume|epochs|padding|packing|cp|pp|errors|moe_ep|moe_lora DTR_TRAIN COMPARE_METRICS [MPIRUN]
 # meshes: the same 20-step LoRA recipe on 1 rank, dp 2 (FSDP), tp 2, tp 3, HSDP 2x2, dp 2 x tp 2
 #         and tp 2 / tp 3 (uneven sequence shards) with sequence parallelism, dp 2 with
 #         defer_fsdp_grad_sync=false (a reduce-scatter per micro-batch)
@@ -26,6 +26,9 @@
 # cp:     context parallelism (distributed.cp_size) gives the single-process losses and
 #         validation losses within LOSS_RTOL: cp 2, cp 4, dp 2 x cp 2, cp 2 x tp 2 on the CI recipe,
 #         and cp 2 on the chat SFT recipe (cp slices with no label token; skipped without the data).
+# packing: chat SFT with dataset.packed_sequence_size (rows of several samples, per-document
+#         positions, block-diagonal causal attention) on dp 2, dp 3 and dp 2 x tp 2 gives the
+#         single-process losses within LOSS_RTOL (configs/ci/chat.yaml on the perlfaq data).
 # errors: bad recipes under mpirun give exactly one "dtr-train: error:" line and exit != 0.
 # moe_ep: the MoE CI recipe (configs/ci/moe.yaml, a random Qwen3-MoE) with expert parallelism
 #         ep 2 (2 ranks), ep 3 (3 ranks) and ep 2 x ep_shard 2 (4 ranks) gives the single-process
@@ -289,6 +292,25 @@ cp)
   run 2 $c --set distributed.cp_size=2 --set checkpoint.checkpoint_dir=$out/cp_chat2 > /dev/null || fail "chat cp 2 run"
   echo "== chat SFT cp 2 vs single"
   "$CMP" $out/cp_chat1/metrics.jsonl $out/cp_chat2/metrics.jsonl --rtol $LOSS_RTOL || fail "chat cp 2 losses"
+  ;;
+packing)
+  for f in data/perlfaq-train.jsonl data/smollm2-135m-instruct.gguf; do
+    [ -f "$f" ] || { echo "SKIP packing: $f is absent (scripts/fetch-data.sh, scripts/fetch-model.sh)"; echo PASS; exit 0; }
+  done
+  c=configs/ci/chat.yaml
+  # 60 samples packed into rows of 256 tokens; global batch 6 rows (accumulation 6 / 3 / 2 / 3)
+  common=(--set dataset.path=data/perlfaq-train.jsonl --set dataset.limit_samples=60
+          --set dataset.packed_sequence_size=256 --set step_scheduler.global_batch_size=6)
+  rm -rf $out/pack1 && run 1 $c "${common[@]}" --set checkpoint.checkpoint_dir=$out/pack1 > /dev/null ||
+    fail "packed single run"
+  for spec in dp2:2:1 dp3:3:1 dp2tp2:4:2; do
+    IFS=: read -r name np tp <<<"$spec"
+    rm -rf "$out/pack_$name"
+    run "$np" $c "${common[@]}" --set distributed.tp_size=$tp --set checkpoint.checkpoint_dir=$out/pack_$name \
+        > /dev/null || fail "packed $name run"
+    echo "== packed $name ($np ranks) vs single"
+    "$CMP" $out/pack1/metrics.jsonl $out/pack_$name/metrics.jsonl --rtol $LOSS_RTOL || fail "packed $name losses"
+  done
   ;;
 errors)
   check() {  # check NP expected-substring --set ...

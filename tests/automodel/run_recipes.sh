@@ -61,7 +61,8 @@ reject() {  # reject RECIPE expected-substring --set ...
   echo "ok rejected ($*): $(grep 'dtr-train: error:' <<<"$err")"
 }
 reject llama3_2_1b_squad "with Adam (L2 in the gradient) is not built" --set optimizer.weight_decay=0.1
-reject llama3_2_1b_squad "packed_sequence.packed_sequence_size=8" --set packed_sequence.packed_sequence_size=8
+reject llama3_2_1b_squad "packed_sequence.split_across_pack=true" --set packed_sequence.packed_sequence_size=512 \
+    --set packed_sequence.split_across_pack=true
 reject llama3_2_1b_squad "dataset._target_=nemo_automodel.components.datasets.llm.hellaswag.HellaSwag" \
     --set dataset._target_=nemo_automodel.components.datasets.llm.hellaswag.HellaSwag
 reject llama3_2_1b_squad "not a local file or directory" --set dataset.dataset_name=rajpurkar/squad
