@@ -152,20 +152,21 @@ TEST_CASE("packed training under FSDP, DDP, TP and FSDP + TP equals the single p
   struct Mesh {
     int64_t dp, tp;
     bool sp;
-    const char* strategy;
+    DataParallelStrategy strategy;
   };
   const int64_t w = world_size();
   std::vector<Mesh> meshes;
-  if (w == 2) meshes = {{2, 1, false, "fsdp2"}, {2, 1, false, "ddp"}, {1, 2, false, "fsdp2"}, {1, 2, true, "fsdp2"}};
-  if (w == 3) meshes = {{3, 1, false, "fsdp2"}};
-  if (w == 4) meshes = {{2, 2, false, "fsdp2"}, {4, 1, false, "fsdp2"}};
+  const auto fsdp = DataParallelStrategy::fsdp2, ddp = DataParallelStrategy::ddp;
+  if (w == 2) meshes = {{2, 1, false, fsdp}, {2, 1, false, ddp}, {1, 2, false, fsdp}, {1, 2, true, fsdp}};
+  if (w == 3) meshes = {{3, 1, false, fsdp}};
+  if (w == 4) meshes = {{2, 2, false, fsdp}, {4, 1, false, fsdp}};
   const std::vector<data::Sample> packs = data::pack_sequences(make_samples(100), kPack, 0);
   REQUIRE(static_cast<int64_t>(packs.size()) >= kSteps * kRowsPerStep);
   for (const char* family : {"llama", "gemma3"}) {
     auto ref_model = make_model(family);
     const auto ref = train_packed(*ref_model, packs, nullptr);
     for (const Mesh& mm : meshes) {
-      INFO(family << " " << mm.strategy << " dp " << mm.dp << " x tp " << mm.tp << " sp " << mm.sp);
+      INFO(family << " " << strategy_name(mm.strategy) << " dp " << mm.dp << " x tp " << mm.tp << " sp " << mm.sp);
       MeshContext ctx;
       ctx.world_size = w;
       ctx.dp_size = mm.dp;
