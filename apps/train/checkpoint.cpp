@@ -2,13 +2,13 @@
 
 #include <algorithm>
 #include <cmath>
-#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <map>
 
 #include "apps/train/health.h"
 #include "dtensor/spec.h"
+#include "parallel/checkpoint/reshard.h"
 #include "models/formats/mapped_file.h"
 #include "models/formats/safetensors.h"
 #include "tensor/autograd/grad_mode.h"
@@ -28,21 +28,16 @@ struct LocalBlock {
   Shape mesh_shape;
 };
 
-LocalBlock local_block(const Tensor& p) {
+/// local_block plus the layout metadata.json records.
+LocalBlock param_block(const Tensor& p) {
   LocalBlock b;
+  TensorBlock tb = dtr::local_block(p, &b.global_shape);
+  b.local = tb.tensor;
+  b.offset = tb.offset;
   if (p.is_distributed()) {
     const DTensorSpec& s = dtensor_spec(p, "checkpoint");
-    b.local = local_tensor(p);
-    b.offset = s.local_offset();
-    b.global_shape = s.shape;
     b.placements = placements_str(s.placements);
     b.mesh_shape = s.mesh.shape();
-    DTR_CHECK(b.local.sizes() == s.local_shape(), "checkpoint: local shard of shape ", b.local.sizes(),
-              " differs from the spec's local shape ", s.local_shape());
-  } else {
-    b.local = p;
-    b.offset = Shape(p.dim(), 0);
-    b.global_shape = p.sizes();
   }
   return b;
 }
@@ -70,46 +65,6 @@ std::vector<std::pair<int64_t, fs::path>> complete_checkpoints(const std::string
   return out;
 }
 
-/// Copies the overlap of a source block (src bytes, shape, global offset) into a destination
-/// block (dst, shape, offset); row-major, innermost dimension by memcpy. Returns the number of
-/// elements copied.
-int64_t copy_overlap(const char* src, const Shape& s_shape, const Shape& s_off, char* dst, const Shape& d_shape,
-                     const Shape& d_off, size_t item) {
-  const size_t nd = d_shape.size();
-  if (nd == 0) {
-    std::memcpy(dst, src, item);
-    return 1;
-  }
-  Shape lo(nd), hi(nd);
-  for (size_t d = 0; d < nd; ++d) {
-    lo[d] = std::max(s_off[d], d_off[d]);
-    hi[d] = std::min(s_off[d] + s_shape[d], d_off[d] + d_shape[d]);
-    if (hi[d] <= lo[d]) return 0;
-  }
-  const Shape s_str = contiguous_strides(s_shape), d_str = contiguous_strides(d_shape);
-  const int64_t run = hi[nd - 1] - lo[nd - 1];
-  int64_t copied = 0;
-  Shape idx = lo;  // global index, innermost fixed at lo
-  while (true) {
-    int64_t so = 0, dof = 0;
-    for (size_t d = 0; d < nd; ++d) {
-      so += (idx[d] - s_off[d]) * s_str[d];
-      dof += (idx[d] - d_off[d]) * d_str[d];
-    }
-    std::memcpy(dst + dof * item, src + so * item, run * item);
-    copied += run;
-    if (nd == 1) break;
-    size_t d = nd - 2;
-    while (true) {
-      if (++idx[d] < hi[d]) break;
-      idx[d] = lo[d];
-      if (d == 0) return copied;
-      --d;
-    }
-  }
-  return copied;
-}
-
 /// True when every element of the plain tensor `t` is finite: x * 0 is 0 for finite x and NaN
 /// for NaN / Inf, so the sum is NaN exactly when one element is not finite.
 bool all_finite(const Tensor& t) {
@@ -127,7 +82,7 @@ void save_checkpoint(const std::string& root, int64_t step, const NamedParams& p
   // parameter, the largest over the ranks, names it on every rank.
   int64_t bad = 0;
   for (size_t i = 0; i < params.size() && bad == 0; ++i)
-    if (!all_finite(local_block(params[i].second).local)) bad = static_cast<int64_t>(i) + 1;
+    if (!all_finite(param_block(params[i].second).local)) bad = static_cast<int64_t>(i) + 1;
   Tensor flag = full({1}, static_cast<double>(bad), TensorOptions(DType::f64));
   world.all_reduce(flag, ReduceOp::MAX)->wait();
   bad = static_cast<int64_t>(flag.item<double>());
@@ -156,7 +111,7 @@ void save_checkpoint(const std::string& root, int64_t step, const NamedParams& p
     raws.push_back({name, c.dtype(), c.sizes(), c.data_ptr(), c.nbytes()});
   };
   for (const auto& [fqn, p] : params) {
-    LocalBlock b = local_block(p);
+    LocalBlock b = param_block(p);
     add("model/" + fqn, b.local);
     int64_t st_step = 0;
     if (opt.has_state(p)) {
@@ -295,38 +250,25 @@ nlohmann::json load_checkpoint(const std::string& dir, const NamedParams& params
   for (const auto& [fqn, p] : params) {
     DTR_CHECK(meta.at("params").contains(fqn), "checkpoint: parameter ", fqn, " is not in ", dir,
               " (was it saved with the same model / peft settings?)");
-    LocalBlock b = local_block(p);
+    LocalBlock b = param_block(p);
     const Shape saved_global = meta["params"][fqn].at("global_shape").get<Shape>();
     DTR_CHECK(saved_global == b.global_shape, "checkpoint: ", fqn, " has global shape ", saved_global, " in ", dir,
               " but the model has ", b.global_shape);
     // Fills `dst` (local shape of this rank) from the blocks named `key` of every shard.
+    // Fills `dst` (local shape of this rank) from the blocks named `key` of every shard
+    // (parallel/checkpoint/reshard.h: any saved mesh and placements).
     auto assemble = [&](const std::string& key, Tensor dst) -> bool {
-      DTR_CHECK(dst.is_contiguous(), "checkpoint: destination of ", key, " is not contiguous");
-      int64_t filled = 0;
-      bool any = false;
-      std::vector<char> done;  // covers each element once even when blocks are replicated
-      const size_t item = itemsize(dst.dtype());
-      Tensor scratch = empty(dst.sizes(), TensorOptions(dst.dtype()));
+      std::vector<TensorBlock> saved;
       for (auto& s : shards) {
         if (!s.file.contains(key)) continue;
-        any = true;
         const auto& e = s.file.entry(key);
         DTR_CHECK(e.dtype == dst.dtype(), "checkpoint: ", key, " is ", dtype_name(e.dtype), " in ", s.file.path(),
                   ", expected ", dtype_name(dst.dtype()));
-        const Shape off = s.blocks.at(fqn).at("offset").get<Shape>();
-        // Copy into scratch and mark the covered elements (replicated blocks overlap).
-        if (done.empty()) done.assign(dst.numel(), 0);
-        int64_t src_numel = 1;
-        for (auto v : e.shape) src_numel *= v;
-        std::vector<char> ones(src_numel, 1);
-        copy_overlap(ones.data(), e.shape, off, done.data(), dst.sizes(), b.offset, 1);
-        copy_overlap(s.file.raw(key).data(), e.shape, off, static_cast<char*>(scratch.data_ptr()), dst.sizes(),
-                     b.offset, item);
+        saved.push_back({s.file.get(key, safetensors::LoadMode::view), s.blocks.at(fqn).at("offset").get<Shape>()});
       }
-      if (!any) return false;
-      for (char c : done) filled += c;
-      DTR_CHECK(filled == dst.numel(), "checkpoint: shards of ", key, " in ", dir, " cover ", filled, " of ",
-                dst.numel(), " elements of this rank's block (offset ", b.offset, ", shape ", dst.sizes(), ")");
+      if (saved.empty()) return false;
+      Tensor scratch = empty(dst.sizes(), TensorOptions(dst.dtype()));
+      assemble_block(saved, {scratch, b.offset}, "checkpoint: shards of " + key + " in " + dir);
       dst.copy_(scratch);
       return true;
     };
