@@ -207,9 +207,9 @@ Plan make_plan(const Recipe& r, int world) {
     DTR_CHECK(cp == 1 || (d != &r.dataset && !d->enabled) || d->seq_len % (2 * cp) == 0, d == &r.dataset ? "dataset" : "validation_dataset",
               ".seq_len=", d->seq_len, " is not divisible by 2 * distributed.cp_size = ", 2 * cp,
               " (context parallelism splits each sequence into 2 cp chunks)");
-  DTR_CHECK(cp == 1 || r.dataset.packed_sequence_size == 0, "dataset.packed_sequence_size=",
-            r.dataset.packed_sequence_size, " with distributed.cp_size=", cp,
-            ": packed rows under context parallelism are not built in dtr (use one of them)");
+  DTR_CHECK(cp == 1 || r.dataset.packed_sequence_size % (2 * cp) == 0, "dataset.packed_sequence_size=",
+            r.dataset.packed_sequence_size, " is not divisible by 2 * distributed.cp_size = ", 2 * cp,
+            " (context parallelism splits each packed row into 2 cp chunks)");
   DTR_CHECK(r.dataset.packed_sequence_size <= max_pos, "dataset.packed_sequence_size=", r.dataset.packed_sequence_size,
             " exceeds the model's max_position_embeddings=", max_pos, " (", p.model_source, ")");
   if (r.peft.enabled && r.peft.dim > c.hidden_size)

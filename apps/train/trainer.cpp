@@ -149,7 +149,8 @@ struct Trainer {
   /// are padded to the micro-batch's longest sample, rounded up to pad_seq_len_divisible and
   /// capped at seq_len.
   /// Context parallelism: rows are padded to a multiple of 2 cp as well (seq_len is one, checked in
-  /// make_plan) and each rank keeps its load-balanced slice of input ids and labels.
+  /// make_plan) and each rank keeps its load-balanced slice of input ids and labels (and of the
+  /// position / document ids of packed rows).
   data::Batch make_batch(const DatasetRecipe& d, std::vector<data::Sample> samples) const {
     data::CollateOptions o;
     o.pad_id = pad_id;
@@ -159,8 +160,8 @@ struct Trainer {
     data::Batch b = data::collate(samples, o);
     if (ctx().cp_size > 1) {
       const int64_t r = ctx().cp_mesh().coordinate(0);
-      b.input_ids = context_parallel_shard(b.input_ids, 1, ctx().cp_size, r).contiguous();
-      b.labels = context_parallel_shard(b.labels, 1, ctx().cp_size, r).contiguous();
+      for (Tensor* t : {&b.input_ids, &b.labels, &b.position_ids, &b.document_ids})  // packed rows: their documents
+        if (t->defined()) *t = context_parallel_shard(*t, 1, ctx().cp_size, r).contiguous();
       b.num_label_tokens = 0;
       for (int64_t l : b.labels.to_vector<int64_t>()) b.num_label_tokens += l != data::kIgnoreIndex;
     }

@@ -80,7 +80,6 @@ Tensor Attention::forward(const Tensor& x) {
   const bool docs = document_ids_.defined();
   if (docs) {
     DTR_CHECK(!use_cache_, type_name(), ": documents (sequence packing) and the KV cache do not combine");
-    DTR_CHECK(!cp_, type_name(), ": documents (sequence packing) under context parallelism are not built");
     DTR_CHECK(position_ids_.sizes() == Shape({B, T}) && document_ids_.sizes() == Shape({B, T}), type_name(),
               ": position_ids ", position_ids_.sizes(), " / document_ids ", document_ids_.sizes(),
               " must be [B, T] of x ", x.sizes());
@@ -120,7 +119,7 @@ Tensor Attention::forward(const Tensor& x) {
   // Context parallelism: the same over the whole sequences of the cp group (global positions).
   SdpaMask mask;
   if (docs) mask.q_document_ids = document_ids_.device() == q.device() ? document_ids_ : document_ids_.to(q.device());
-  Tensor o = cp_ ? context_parallel_attention(q, k, v, cp_, /*is_causal=*/true, scale, window)
+  Tensor o = cp_ ? context_parallel_attention(q, k, v, cp_, /*is_causal=*/true, scale, window, mask.q_document_ids)
                  : scaled_dot_product_attention(q, k, v, /*is_causal=*/true, scale, window, mask);
   o = reshape(transpose(o, 1, 2), {B, T, -1});
   return call_child(*this, "o_proj", o);

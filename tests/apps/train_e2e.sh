@@ -25,7 +25,8 @@
 #         adapter export has the single-process adapter's tensors.
 # cp:     context parallelism (distributed.cp_size) gives the single-process losses and
 #         validation losses within LOSS_RTOL: cp 2, cp 4, dp 2 x cp 2, cp 2 x tp 2 on the CI recipe,
-#         and cp 2 on the chat SFT recipe (cp slices with no label token; skipped without the data).
+#         and on the chat SFT recipe cp 2 (cp slices with no label token), packed rows with cp 2 and
+#         dp 2 x cp 2 (skipped without the data).
 # packing: chat SFT with dataset.packed_sequence_size (rows of several samples, per-document
 #         positions, block-diagonal causal attention) on dp 2, dp 3 and dp 2 x tp 2 gives the
 #         single-process losses within LOSS_RTOL (configs/ci/chat.yaml on the perlfaq data).
@@ -292,6 +293,17 @@ cp)
   run 2 $c --set distributed.cp_size=2 --set checkpoint.checkpoint_dir=$out/cp_chat2 > /dev/null || fail "chat cp 2 run"
   echo "== chat SFT cp 2 vs single"
   "$CMP" $out/cp_chat1/metrics.jsonl $out/cp_chat2/metrics.jsonl --rtol $LOSS_RTOL || fail "chat cp 2 losses"
+  # packed rows (256 tokens: per-document positions and mask) split over cp
+  pc=(--set dataset.path=data/perlfaq-train.jsonl --set dataset.limit_samples=40 --set dataset.packed_sequence_size=256)
+  rm -rf $out/cp_pack1 $out/cp_pack2 $out/cp_pack_dp2cp2
+  run 1 $c "${pc[@]}" --set checkpoint.checkpoint_dir=$out/cp_pack1 > /dev/null || fail "packed single run"
+  for spec in cp_pack2:2 cp_pack_dp2cp2:4; do
+    IFS=: read -r name np <<<"$spec"
+    run "$np" $c "${pc[@]}" --set distributed.cp_size=2 --set checkpoint.checkpoint_dir=$out/$name > /dev/null ||
+      fail "$name run"
+    echo "== packed, $name ($np ranks) vs single"
+    "$CMP" $out/cp_pack1/metrics.jsonl $out/$name/metrics.jsonl --rtol $LOSS_RTOL || fail "$name losses"
+  done
   ;;
 packing)
   for f in data/perlfaq-train.jsonl data/smollm2-135m-instruct.gguf; do
