@@ -1,6 +1,6 @@
 // dtr-train: fine-tunes a Llama-architecture model from a YAML recipe, on one process or under
 // mpirun. Thin front end: CLI parsing here, everything else in apps/train/.
-//   dtr-train --config FILE [--set key.path=value ...] [--dry-run] [--stop-after N] [--no-resume]
+//   dtr-train --config FILE [--set key.path=value ...] [--dry-run [--world-size N]] [--stop-after N] [--no-resume]
 //             [--overwrite] [--progress auto|bar|lines]
 #include <CLI/CLI.hpp>
 
@@ -20,7 +20,10 @@ int main(int argc, char** argv) {
   app.add_option("-c,--config", config, "recipe YAML file")->required();
   app.add_option("--set", sets, "override a recipe key, e.g. --set optimizer.lr=1e-4 (repeatable)")
       ->allow_extra_args(false);
-  app.add_flag("--dry-run", opt.dry_run, "print the resolved recipe, mesh, parameter counts and memory estimate");
+  app.add_flag("--dry-run", opt.dry_run,
+               "print the resolved recipe, mesh, parameter counts, the memory plan per rank and comm per step");
+  app.add_option("--world-size", opt.world_size, "with --dry-run: plan for this many ranks from one process")
+      ->check(CLI::PositiveNumber);
   app.add_option("--stop-after", opt.stop_after, "leave after this global step without final export (resume tests)");
   app.add_flag("--no-resume", opt.no_resume, "ignore existing checkpoints in checkpoint.checkpoint_dir");
   app.add_flag("--overwrite", opt.overwrite,

@@ -1,5 +1,7 @@
 #include "apps/train/recipe.h"
 
+#include "models/transformer/memory_plan.h"
+
 #include <algorithm>
 #include <filesystem>
 #include <cmath>
@@ -251,8 +253,13 @@ Recipe parse_recipe(const YAML::Node& automodel_root, const std::string& file,
     // (a default YAML::Node converts to true: ask for a map)
     s.require(!r.model.path.empty() || !r.model.config_name.empty() || r.model.config.IsMap(), "path",
               "is required (or model.config: debug / a map of LlamaConfig keys for a random model)");
-    s.require(r.model.config_name.empty() || r.model.config_name == "debug", "config",
-              "must be 'debug' or a map, got '" + r.model.config_name + "'");
+    bool builtin = r.model.config_name.empty() || r.model.config_name == "debug";
+    for (const auto& n : builtin_model_names()) builtin = builtin || r.model.config_name == n;
+    s.require(builtin, "config", "must be 'debug', a built-in shape (" + [] {
+      std::string k;
+      for (const auto& n : builtin_model_names()) k += (k.empty() ? "" : ", ") + n;
+      return k;
+    }() + ") or a map, got '" + r.model.config_name + "'");
     s.require(r.model.dtype == "f32" || r.model.dtype == "float32" || r.model.dtype == "bf16" ||
                   r.model.dtype == "bfloat16",
               "dtype", "must be f32 or bf16, got '" + r.model.dtype + "'");

@@ -17,6 +17,7 @@
 #include "models/data/token_shards.h"
 #include "models/formats/gguf.h"
 #include "models/transformer/load.h"
+#include "models/transformer/memory_plan.h"
 #include "models/transformer/meta_load.h"
 #include "models/transformer/parallelizer.h"
 #include "models/lora/inject.h"
@@ -85,6 +86,10 @@ LlamaConfig resolve_config(const Recipe& r, std::string& source) {
     source = "model.config=debug";
     return llama_debug_config();
   }
+  if (!r.model.config_name.empty()) {  // a built-in shape for planning (memory_plan.h)
+    source = "model.config=" + r.model.config_name;
+    return builtin_model_config(r.model.config_name);
+  }
   source = "model.config (" + r.source_of("model.config") + ")";
   nlohmann::json j = yaml_to_json(r.model.config);
   LlamaConfig c = model_config_from_json(j, "model.config (" + r.source_of("model.config") + ")");
@@ -93,6 +98,19 @@ LlamaConfig resolve_config(const Recipe& r, std::string& source) {
 }
 
 }  // namespace
+
+LoraConfig lora_config(const Recipe& r) {
+  LoraConfig lc;
+  lc.target_modules = r.peft.target_modules;
+  lc.exclude_modules = r.peft.exclude_modules;
+  lc.options.r = r.peft.dim;
+  lc.options.alpha = r.peft.alpha;
+  lc.options.dropout = r.peft.dropout;
+  lc.options.dropout_position =
+      r.peft.dropout_position == "pre" ? nn::LoraDropoutPosition::pre : nn::LoraDropoutPosition::post;
+  lc.options.use_rslora = r.peft.use_rslora;
+  return lc;
+}
 
 int64_t llama_param_count(const LlamaConfig& c) {
   const int64_t H = c.hidden_size, I = c.intermediate_size, V = c.vocab_size, hd = llama_head_dim(c);
@@ -229,36 +247,21 @@ Plan make_plan(const Recipe& r, int world) {
     }
   p.total_params = llama_param_count(c) + lora;
   p.trainable_params = r.peft.enabled ? lora : p.total_params;
-  p.memory_estimate_bytes = estimate_memory(r, p);
+  p.memory = plan_step_memory(r, p);
+  p.memory_estimate_bytes = p.memory.peak_bytes;
   return p;
 }
 
-double estimate_memory(const Recipe& r, const Plan& p) {
-  const auto& c = p.config;
-  const double bytes = r.model.dtype == "bf16" ? 2.0 : 4.0;
-  const double tp = static_cast<double>(p.mesh.tp_size);
-  const bool fsdp = p.mesh.strategy == DataParallelStrategy::fsdp2 && p.mesh.world_size > 1;
-  const double shard = fsdp ? static_cast<double>(p.mesh.dp_shard_size()) * tp : tp;
-  const double L = static_cast<double>(c.num_hidden_layers);
-  const double per_layer = (static_cast<double>(llama_param_count(c)) -
-                            static_cast<double>(c.vocab_size * c.hidden_size) * (c.tie_word_embeddings ? 1 : 2)) /
-                           std::max(1.0, L);
-  double m = static_cast<double>(p.total_params) * bytes / shard;
-  if (fsdp) m += 2.0 * per_layer * bytes / tp;  // gathered working set (current + prefetched)
-  m += static_cast<double>(p.trainable_params) * (4.0 + 8.0) / shard;  // grads + AdamW exp_avg/exp_avg_sq
-  // Context parallelism: each rank holds seq_len / cp tokens of a row (its queries see every key).
-  const double tokens = static_cast<double>(r.step_scheduler.local_batch_size * r.dataset.seq_len) /
-                        static_cast<double>(p.mesh.cp_size);
-  const double H = static_cast<double>(c.hidden_size), I = static_cast<double>(c.intermediate_size);
-  const double heads = static_cast<double>(c.num_attention_heads) / tp;
-  const double act = tokens * L * (16.0 * H / tp + 4.0 * I / tp + heads * static_cast<double>(r.dataset.seq_len));
-  m += act * 4.0 + tokens * static_cast<double>(c.vocab_size) / tp * 4.0 * 3.0;
-  // Every rank builds / loads the whole model before parallelize_model shards it; a loaded
-  // model also holds the file's state dict while copying it in, and while distributing the
-  // full and the sharded copies coexist.
-  const double copies = r.model.random() ? 1.0 : 2.0;
-  const double loading = static_cast<double>(p.total_params) * bytes * (copies + 1.0 / shard);
-  return std::max(m, loading);
+MemoryPlan plan_step_memory(const Recipe& r, const Plan& p) {
+  const DType dt = r.model.dtype == "bf16" ? DType::bf16 : DType::f32;
+  MetaInitGuard meta;  // shapes only: any model size plans in a few MB
+  CausalLM m(p.config, dt, /*init=*/false);
+  if (r.peft.enabled) apply_lora(m, lora_config(r));
+  StepShape st;
+  st.local_batch = r.step_scheduler.local_batch_size;
+  st.seq_len = r.dataset.seq_len;
+  st.grad_accum = p.grad_accum;
+  return plan_memory(m, p.mesh, st, dt);
 }
 
 std::string dry_run_report(const Recipe& r, const Plan& p) {
@@ -274,10 +277,16 @@ std::string dry_run_report(const Recipe& r, const Plan& p) {
     << " x dp " << p.dp_size << " x grad accumulation " << p.grad_accum << ", seq_len " << r.dataset.seq_len << "\n";
   o << strformat("params: trainable %lld / total %lld (%.3f%%)\n", (long long)p.trainable_params,
                  (long long)p.total_params, 100.0 * static_cast<double>(p.trainable_params) / p.total_params);
-  o << strformat("memory: ~%.1f MiB per rank (estimate: the larger of loading (whole model, its state dict when read "
-                 "from a file, and its shard) and training (sharded params + 2 gathered layers + f32 grads and AdamW "
-                 "state of trainable params + activations of one micro-batch))\n",
-                 p.memory_estimate_bytes / (1024.0 * 1024.0));
+  o << p.memory.str();
+  // The formulas the plan is checked against (tests/models/test_memory_plan.cpp).
+  const double world = static_cast<double>(p.mesh.world_size);
+  o << "formulas: ZeRO-3 mixed-precision AdamW 16 x params / N = "
+    << format_bytes(16.0 * static_cast<double>(p.total_params) / world)
+    << "; Megatron no-AC activations (16-bit GPT layers) s b h (10 + 24 / t + 5 a s / (h t)) x layers = "
+    << format_bytes(megatron_activation_bytes(r.dataset.seq_len, r.step_scheduler.local_batch_size, c.hidden_size,
+                                              c.num_attention_heads, p.mesh.tp_size, p.mesh.sequence_parallel) *
+                    static_cast<double>(c.num_hidden_layers))
+    << "\n";
   return o.str();
 }
 
@@ -353,17 +362,8 @@ std::shared_ptr<LlamaForCausalLM> build_model(const Recipe& r, const Plan& p) {
   }
   if (r.peft.enabled) {
     MetaInitGuard g(meta);
-    LoraConfig lc;
-    lc.target_modules = r.peft.target_modules;
-    lc.exclude_modules = r.peft.exclude_modules;
-    lc.options.r = r.peft.dim;
-    lc.options.alpha = r.peft.alpha;
-    lc.options.dropout = r.peft.dropout;
-    lc.options.dropout_position =
-        r.peft.dropout_position == "pre" ? nn::LoraDropoutPosition::pre : nn::LoraDropoutPosition::post;
-    lc.options.use_rslora = r.peft.use_rslora;
     manual_seed(r.seed + 1);
-    apply_lora(*model, lc);
+    apply_lora(*model, lora_config(r));
   }
   return model;
 }

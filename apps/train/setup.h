@@ -9,8 +9,11 @@
 #include "apps/train/recipe.h"
 #include "models/data/sample.h"
 #include "models/formats/hf_config.h"
+#include "models/lora/inject.h"
 #include "models/transformer/causal_lm.h"
 #include "apps/train/distributed_config.h"
+#include "models/transformer/memory_plan.h"
+#include "parallel/mesh_context.h"
 
 namespace dtr::train {
 
@@ -24,7 +27,8 @@ struct Plan {
   /// default step_scheduler.local_batch_size).
   int64_t pp_microbatch_rows = 1;
   int64_t total_params = 0, trainable_params = 0;
-  double memory_estimate_bytes = 0;  // per rank, see estimate_memory
+  MemoryPlan memory;                 // per rank (plan_step_memory)
+  double memory_estimate_bytes = 0;  // memory.peak_bytes
 };
 
 /// Validates what needs the world size or the model config, without allocating the model:
@@ -38,12 +42,12 @@ Plan make_plan(const Recipe& r, int world_size);
 int64_t llama_param_count(const LlamaConfig& c);
 int64_t lora_param_count(const LlamaConfig& c, const PeftRecipe& peft);
 
-/// Bytes per rank, a rough estimate (documented in the --dry-run output): the larger of
-/// loading (every rank holds the whole model plus its shard while distributing) and training:
-/// sharded parameters + the gathered working set of 2 layers (FSDP) + trainable grads and
-/// AdamW state (f32, sharded) + activations of one micro-batch (per token and layer
-/// ~ 16 hidden + 4 intermediate + heads * seq values kept for backward; logits x 3).
-double estimate_memory(const Recipe& r, const Plan& p);
+/// The memory / comm plan of one training step per rank (models/transformer/memory_plan.h) on
+/// the meta-built model (LoRA included) under p.mesh.
+MemoryPlan plan_step_memory(const Recipe& r, const Plan& p);
+
+/// The LoRA settings of the recipe's peft section.
+LoraConfig lora_config(const Recipe& r);
 
 /// The human-readable --dry-run report (recipe, mesh, counts, memory).
 std::string dry_run_report(const Recipe& r, const Plan& p);

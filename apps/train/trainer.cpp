@@ -590,7 +590,8 @@ int run_training(const Recipe& r, const TrainOptions& opt) {
   std::vector<data::Sample> train_set, val_set;
   int32_t pad_id = 0;
   try {
-    plan = make_plan(r, world);
+    DTR_CHECK(opt.world_size == 0 || opt.dry_run, "--world-size plans without running: use it with --dry-run");
+    plan = make_plan(r, opt.world_size > 0 ? opt.world_size : world);
     if (opt.dry_run) {
       if (rank == 0) std::printf("%s", dry_run_report(r, plan).c_str());
       return 0;

@@ -22,6 +22,8 @@ namespace dtr::train {
 
 struct TrainOptions {
   bool dry_run = false;
+  /// --world-size N with --dry-run: plan for N ranks from one process (0 = the real world size).
+  int64_t world_size = 0;
   /// > 0: leave the loop (without final save / export) once this global step is done, as if
   /// the job were killed there (tests of resume).
   int64_t stop_after = 0;

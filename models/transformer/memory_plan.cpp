@@ -1,0 +1,293 @@
+// The memory / communication model of a training step (see memory_plan.h).
+#include "models/transformer/memory_plan.h"
+
+#include <algorithm>
+#include <sstream>
+
+#include "models/formats/hf_config.h"
+#include "parallel/activation_checkpoint.h"
+#include "tensor/error.h"
+
+namespace dtr {
+namespace {
+
+bool ends(const std::string& s, const std::string& suf) {
+  return s.size() >= suf.size() && s.compare(s.size() - suf.size(), suf.size(), suf) == 0;
+}
+bool has(const std::string& s, const std::string& part) { return s.find(part) != std::string::npos; }
+int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+/// Which tensor dim the decoder TP plan (models/transformer/parallelizer.cpp, the LoRA styles of
+/// parallel/tensor_parallel/lora_styles.cpp) shards for parameter `fqn`, or -1 (replicated).
+int64_t tp_dim(const std::string& fqn, const ModelConfig& c, int64_t tp) {
+  if (tp == 1) return -1;
+  const int64_t kv = c.num_key_value_heads > 0 ? c.num_key_value_heads : c.num_attention_heads;
+  if (has(fqn, "mlp.experts.") || has(fqn, "mlp.gate.") || has(fqn, "norm.")) return -1;  // experts: ep; norms: SP style
+  const bool kv_proj = has(fqn, "k_proj") || has(fqn, "v_proj");
+  if (kv_proj && tp > kv) return -1;  // KVReplicateParallel
+  const bool colwise = has(fqn, "q_proj") || kv_proj || has(fqn, "gate_proj") || has(fqn, "up_proj") ||
+                       fqn.rfind("lm_head", 0) == 0;
+  const bool rowwise = has(fqn, "o_proj") || has(fqn, "down_proj");
+  if (fqn.rfind("model.embed_tokens", 0) == 0) return 0;  // vocab parallel
+  if (colwise) return 0;  // weight, bias, lora_A, lora_B: Shard(0)
+  if (rowwise) return has(fqn, "bias") ? -1 : 1;  // weight, lora_A, lora_B Shard(1); bias replicated
+  return -1;
+}
+
+/// FSDP unit of `fqn`: "model.layers.N", "embed" / "head" (untied trainable tables), or "" (root).
+std::string unit_of(const std::string& fqn, bool own_tables) {
+  const std::string pre = "model.layers.";
+  if (fqn.rfind(pre, 0) == 0) return fqn.substr(0, fqn.find('.', pre.size()));
+  if (own_tables && fqn.rfind("model.embed_tokens", 0) == 0) return "embed";
+  if (own_tables && fqn.rfind("lm_head", 0) == 0) return "head";
+  return "";
+}
+
+struct Unit {
+  double shard = 0, grad_shard = 0;        // padded shard elements (all / trainable)
+  double unsharded = 0, grad_unsharded = 0;  // TP-local elements
+};
+
+double bytes_of(DType d) { return static_cast<double>(itemsize(d)); }
+
+}  // namespace
+
+double megatron_activation_bytes(int64_t s, int64_t b, int64_t h, int64_t a, int64_t t, bool sp) {
+  const double S = static_cast<double>(s), B = static_cast<double>(b), H = static_cast<double>(h),
+               A = static_cast<double>(a), T = static_cast<double>(t);
+  if (sp) return S * B * H * (34.0 + 5.0 * A * S / H) / T;
+  return S * B * H * (10.0 + 24.0 / T + 5.0 * A * S / (H * T));
+}
+
+MemoryPlan plan_memory(CausalLM& model, const MeshContext& ctx, const StepShape& st, DType storage) {
+  const ModelConfig& c = model.config();
+  const int64_t tp = ctx.tp_size, ep = ctx.ep_size;
+  const bool ddp = ctx.strategy == DataParallelStrategy::ddp;
+  const bool mp = ctx.mp_policy.any_dtype();
+  // parallelize_model's branches: FSDP over dp_shard_cp when dp x cp > 1 or a policy is set.
+  const bool fsdp = !ddp && (ctx.dp_size * ctx.cp_size > 1 || mp);
+  const int64_t dp_shard = fsdp ? ctx.dp_shard_cp_size() : 1;
+  const DType pdt = ctx.mp_policy.param_dtype.value_or(storage);
+  const DType rdt = ctx.mp_policy.reduce_dtype.value_or(pdt);
+  const double S = bytes_of(storage), P = bytes_of(pdt), R = bytes_of(rdt);
+
+  MemoryPlan plan;
+  if (ctx.pp_size > 1)
+    plan.note = "pipeline parallelism is not in the memory model yet: figures are for pp 1 (every stage)";
+  std::map<std::string, Unit> units;
+  bool own_tables = false;
+  if (!c.tie_word_embeddings)
+    for (const auto& [fqn, p] : model.named_parameters())
+      own_tables = own_tables || (p.requires_grad() && (fqn.rfind("model.embed_tokens", 0) == 0 || fqn.rfind("lm_head", 0) == 0));
+  for (const auto& [fqn, p] : model.named_parameters()) {
+    Shape local = p.sizes();
+    const int64_t d = tp_dim(fqn, c, tp);
+    if (d >= 0 && d < static_cast<int64_t>(local.size())) local[d] = ceil_div(local[d], tp);
+    if (ep > 1 && has(fqn, "mlp.experts.")) local[0] = ceil_div(local[0], ep);
+    const int64_t rows = local.empty() ? 1 : local[0];
+    int64_t row_numel = 1;
+    for (size_t i = 1; i < local.size(); ++i) row_numel *= local[i];
+    // Experts' FSDP runs over ep_shard = dp_shard / ep (their own unit, parallelize_model).
+    const int64_t shard_n = ep > 1 && has(fqn, "mlp.experts.") ? std::max<int64_t>(1, dp_shard / ep) : dp_shard;
+    const double tp_local = static_cast<double>(rows * row_numel);
+    const double shard = static_cast<double>(ceil_div(rows, shard_n) * row_numel);
+    plan.params += p.numel();
+    Unit& u = units[unit_of(fqn, own_tables)];
+    u.shard += shard;
+    u.unsharded += tp_local;
+    plan.param_bytes += shard * S;
+    if (p.requires_grad()) {
+      plan.trainable += p.numel();
+      u.grad_shard += shard;
+      u.grad_unsharded += tp_local;
+      plan.grad_bytes += shard * S;
+      plan.optimizer_bytes += 2.0 * shard * S;  // AdamW exp_avg + exp_avg_sq (parameter dtype)
+    }
+  }
+
+  // FSDP working set.
+  double max_layer = 0, max_layer_grad = 0, all_grad_unsharded = 0, max_unit_shard = 0;
+  for (const auto& [name, u] : units) {
+    if (name.rfind("model.layers.", 0) == 0) {
+      max_layer = std::max(max_layer, u.unsharded);
+      max_layer_grad = std::max(max_layer_grad, u.grad_unsharded);
+    }
+    all_grad_unsharded += u.grad_unsharded;
+    max_unit_shard = std::max(max_unit_shard, u.shard);
+  }
+  if (fsdp) {
+    const double root = units.count("") ? units[""].unsharded : 0.0;
+    const int depth = ctx.enable_fsdp2_prefetch ? std::max(ctx.fsdp2_forward_prefetch_depth, ctx.fsdp2_backward_prefetch_depth) : 0;
+    // Root (never resharded) + current layer + prefetched layers + one all-gather output buffer.
+    plan.fsdp_gathered_bytes = (root + (1.0 + depth) * max_layer) * P + static_cast<double>(dp_shard) * max_unit_shard * P;
+    const bool held = ctx.defer_fsdp_grad_sync && st.grad_accum > 1;
+    plan.fsdp_grad_bytes = held ? all_grad_unsharded * R + max_layer_grad * R : 2.0 * max_layer_grad * R;
+  }
+
+  // Activations of one micro-batch (elements per token per layer, this rank's TP share).
+  // Context parallelism: each rank holds seq_len / cp tokens of a row.
+  const double T = static_cast<double>(st.local_batch * st.seq_len) / static_cast<double>(ctx.cp_size);
+  const double t = static_cast<double>(tp), h = static_cast<double>(c.hidden_size);
+  const int64_t kvh = c.num_key_value_heads > 0 ? c.num_key_value_heads : c.num_attention_heads;
+  const double hd = static_cast<double>(llama_head_dim(c));
+  const double q = static_cast<double>(c.num_attention_heads) * hd / t;
+  const double kv = static_cast<double>(kvh) * hd / (tp > kvh ? static_cast<double>(kvh) : t);
+  const double heads = static_cast<double>(c.num_attention_heads) / t;
+  const double resid = ctx.sequence_parallel ? h / t : h;  // residual stream (sequence shards under SP)
+  double lora_r = 0;
+  for (const auto& [fqn, p] : model.named_parameters())
+    if (ends(fqn, "lora_A.weight") && has(fqn, "model.layers.0.")) lora_r += static_cast<double>(p.size(0));
+  double dense_mlp = 0, sel_mlp = 0, moe_mlp = 0, sel_moe = 0;
+  {
+    const double I = static_cast<double>(c.intermediate_size) / t;
+    dense_mlp = 3.0 * I;  // gate, up (SwiGLU inputs), SwiGLU output (down's input)
+    sel_mlp = 2.0 * I + h;  // gate / up mm outputs, down's output
+    if (c.num_experts > 0) {
+      const double k = static_cast<double>(c.num_experts_per_tok), mi = static_cast<double>(c.moe_intermediate_size);
+      moe_mlp = static_cast<double>(c.num_experts) + k * (h + 3.0 * mi);  // router scores, routed copies, expert gate/up/act
+      sel_moe = static_cast<double>(c.num_experts) + k * (2.0 * mi + h);
+    }
+  }
+  double acts_none = 0, acts_sel = 0, max_layer_acts = 0;
+  for (int64_t l = 0; l < c.num_hidden_layers; ++l) {
+    const bool moe = c.is_moe_layer(l);
+    // no AC: layer input, both normalised inputs, residual after attention, q / k after RoPE, v,
+    // attention output + logsumexp, the MLP's saved inputs, LoRA A outputs (each adapted linear).
+    double none = 2.0 * resid + 2.0 * h + q + 2.0 * kv + q + heads + (moe ? moe_mlp : dense_mlp) + lora_r;
+    if (c.qk_norm) none += q + kv;  // q_norm / k_norm inputs
+    if (c.sandwich_norms) none += 2.0 * resid;
+    // selective: layer input + outputs of mm / bmm / sdpa (q / k / v, attention + lse, o_proj, MLP mms).
+    const double sel = resid + q + 2.0 * kv + q + heads + h + (moe ? sel_moe : sel_mlp) + lora_r;
+    acts_none += none;
+    acts_sel += sel;
+    max_layer_acts = std::max(max_layer_acts, none);
+  }
+  double acts = acts_none;
+  if (ctx.activation_checkpointing == CheckpointPolicy::full) acts = static_cast<double>(c.num_hidden_layers) * resid + max_layer_acts;
+  if (ctx.activation_checkpointing == CheckpointPolicy::selective) acts = acts_sel + max_layer_acts;
+  acts += 2.0 * h;  // final norm input + lm_head input
+  plan.activation_bytes = T * acts * P;
+  plan.logits_bytes = 2.0 * T * static_cast<double>(c.vocab_size) / t * P;  // logits + their gradient
+
+  const double fwd_end = plan.activation_bytes + plan.logits_bytes + plan.fsdp_gathered_bytes + plan.fsdp_grad_bytes;
+  const double bwd_end = plan.grad_bytes + plan.fsdp_gathered_bytes + plan.fsdp_grad_bytes;
+  plan.peak_bytes = plan.param_bytes + plan.optimizer_bytes + std::max(fwd_end, bwd_end);
+  plan.load_peak_bytes = plan.param_bytes + (1 << 20);
+
+  // Comm per step.
+  const double accum = static_cast<double>(st.grad_accum);
+  if (fsdp && dp_shard > 1) {
+    CommVolume& v = plan.comm[ctx.cp_size > 1 ? "dp_shard_cp" : "dp_shard"];
+    const int64_t L = c.num_hidden_layers;
+    for (const auto& [name, u] : units) {
+      // Forward gathers every unit; backward again the layers resharded after forward (all but the last).
+      const bool resharded = name.rfind("model.layers.", 0) == 0 && name != "model.layers." + std::to_string(L - 1);
+      const bool reshard = ctx.reshard_after_forward.value_or(resharded) && !name.empty() && name != "embed" && name != "head";
+      v.all_gather += accum * (1.0 + (reshard ? 1.0 : 0.0)) * u.shard * P;
+      const double syncs = ctx.defer_fsdp_grad_sync ? 1.0 : accum;
+      if (u.grad_shard > 0) v.reduce_scatter += syncs * static_cast<double>(dp_shard) * u.grad_shard * R;
+    }
+    if (ctx.dp_replicate_size > 1) {
+      double g = 0;
+      for (const auto& [name, u] : units) g += u.grad_shard;
+      plan.comm["dp_replicate"].all_reduce += (ctx.defer_fsdp_grad_sync ? 1.0 : accum) * g * R;
+    }
+  }
+  if (ddp && ctx.dp_size > 1) {
+    double g = 0;
+    for (const auto& [name, u] : units) g += u.grad_unsharded;
+    plan.comm["dp"].all_reduce += (ctx.defer_fsdp_grad_sync ? 1.0 : accum) * g * S;
+  }
+  if (tp > 1) {
+    CommVolume& v = plan.comm["tp"];
+    const double act = T * h * P;  // one [tokens, hidden] activation
+    const double L = static_cast<double>(c.num_hidden_layers);
+    // Per layer: o_proj and down outputs reduced (forward), the colwise blocks' input gradients
+    // reduced (backward); plus the vocab-parallel embedding (forward) and lm_head's input gradient.
+    if (ctx.sequence_parallel) {
+      v.reduce_scatter += accum * (2.0 * L * act + act);
+      v.all_gather += accum * 2.0 * L * act / t;
+      v.reduce_scatter += accum * (2.0 * L * act + act);  // backward of the gathers
+      v.all_gather += accum * 2.0 * L * act / t;          // backward of the reduce-scatters
+    } else {
+      v.all_reduce += accum * (4.0 * L * act + 2.0 * act);
+    }
+  }
+  return plan;
+}
+
+std::string format_bytes(double b) {
+  std::ostringstream o;
+  o.setf(std::ios::fixed);
+  o.precision(b >= 1024.0 * 1024.0 * 1024.0 ? 3 : 2);
+  if (b >= 1024.0 * 1024.0 * 1024.0) o << b / (1024.0 * 1024.0 * 1024.0) << " GiB";
+  else o << b / (1024.0 * 1024.0) << " MiB";
+  return o.str();
+}
+
+std::string MemoryPlan::str() const {
+  const auto f = format_bytes;
+  std::ostringstream o;
+  o << "memory per rank: params " << f(param_bytes) << ", grads " << f(grad_bytes) << ", optimizer "
+    << f(optimizer_bytes) << ", FSDP gathered " << f(fsdp_gathered_bytes) << ", FSDP unsharded grads "
+    << f(fsdp_grad_bytes) << ", activations " << f(activation_bytes) << ", logits " << f(logits_bytes)
+    << "\n  peak (train step) " << f(peak_bytes) << ", load phase " << f(load_peak_bytes) << "\n";
+  o << "comm per step and rank (bytes sent):";
+  if (comm.empty()) o << " none";
+  for (const auto& [dim, v] : comm)
+    o << "\n  " << dim << ": all_gather " << f(v.all_gather) << ", reduce_scatter " << f(v.reduce_scatter)
+      << ", all_reduce " << f(v.all_reduce);
+  o << "\n";
+  if (!note.empty()) o << "note: " << note << "\n";
+  return o.str();
+}
+
+namespace {
+
+struct Builtin {
+  const char* name;
+  const char* json;
+};
+// HF config.json values (rope_scaling left out: it does not change memory or comm, and dtr
+// builds no llama3 RoPE scaling yet).
+const Builtin kBuiltins[] = {
+    {"llama3_8b", R"({"model_type":"llama","vocab_size":128256,"hidden_size":4096,"intermediate_size":14336,
+      "num_hidden_layers":32,"num_attention_heads":32,"num_key_value_heads":8,"max_position_embeddings":131072,
+      "rope_theta":500000.0,"rms_norm_eps":1e-5,"tie_word_embeddings":false})"},
+    {"llama3_70b", R"({"model_type":"llama","vocab_size":128256,"hidden_size":8192,"intermediate_size":28672,
+      "num_hidden_layers":80,"num_attention_heads":64,"num_key_value_heads":8,"max_position_embeddings":131072,
+      "rope_theta":500000.0,"rms_norm_eps":1e-5,"tie_word_embeddings":false})"},
+    {"llama3_405b", R"({"model_type":"llama","vocab_size":128256,"hidden_size":16384,"intermediate_size":53248,
+      "num_hidden_layers":126,"num_attention_heads":128,"num_key_value_heads":8,"max_position_embeddings":131072,
+      "rope_theta":500000.0,"rms_norm_eps":1e-5,"tie_word_embeddings":false})"},
+    {"qwen3_32b", R"({"model_type":"qwen3","vocab_size":151936,"hidden_size":5120,"intermediate_size":25600,
+      "num_hidden_layers":64,"num_attention_heads":64,"num_key_value_heads":8,"head_dim":128,
+      "max_position_embeddings":40960,"rope_theta":1000000.0,"rms_norm_eps":1e-6,"tie_word_embeddings":false})"},
+    {"qwen3_30b_a3b", R"({"model_type":"qwen3_moe","vocab_size":151936,"hidden_size":2048,"intermediate_size":6144,
+      "moe_intermediate_size":768,"num_experts":128,"num_experts_per_tok":8,"norm_topk_prob":true,
+      "decoder_sparse_step":1,"mlp_only_layers":[],"num_hidden_layers":48,"num_attention_heads":32,
+      "num_key_value_heads":4,"head_dim":128,"max_position_embeddings":40960,"rope_theta":1000000.0,
+      "rms_norm_eps":1e-6,"tie_word_embeddings":false})"},
+    {"mixtral_8x7b", R"({"model_type":"mixtral","vocab_size":32000,"hidden_size":4096,"intermediate_size":14336,
+      "num_local_experts":8,"num_experts_per_tok":2,"num_hidden_layers":32,"num_attention_heads":32,
+      "num_key_value_heads":8,"max_position_embeddings":32768,"rope_theta":1000000.0,"rms_norm_eps":1e-5,
+      "tie_word_embeddings":false})"},
+};
+
+}  // namespace
+
+std::vector<std::string> builtin_model_names() {
+  std::vector<std::string> out;
+  for (const auto& b : kBuiltins) out.push_back(b.name);
+  return out;
+}
+
+ModelConfig builtin_model_config(const std::string& name) {
+  for (const auto& b : kBuiltins)
+    if (name == b.name) return model_config_from_json(nlohmann::json::parse(b.json), std::string("built-in ") + b.name);
+  std::string known;
+  for (const auto& n : builtin_model_names()) known += (known.empty() ? "" : ", ") + n;
+  DTR_ERROR("model.config: unknown built-in shape '", name, "' (known: debug, ", known, ")");
+}
+
+}  // namespace dtr
