@@ -4,6 +4,8 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <limits>
 #include <memory>
@@ -27,6 +29,7 @@
 #include "tensor/nn/moe.h"
 #include "tensor/nn/to_device.h"
 #include "tensor/allocator.h"
+#include "tensor/cpu_allocator.h"
 #include "tensor/autograd/grad_mode.h"
 #include "tensor/error.h"
 #include "tensor/ops.h"
@@ -42,6 +45,33 @@ namespace {
 using Clock = std::chrono::steady_clock;
 
 double seconds_since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
+
+/// A "VmRSS:" / "VmHWM:" line of /proc/self/status in bytes (0 where /proc is not there).
+int64_t proc_status_bytes(const char* key) {
+  std::FILE* f = std::fopen("/proc/self/status", "r");
+  if (!f) return 0;
+  char line[256];
+  int64_t kb = 0;
+  const size_t n = std::strlen(key);
+  while (std::fgets(line, sizeof line, f))
+    if (std::strncmp(line, key, n) == 0) kb = std::atoll(line + n);
+  std::fclose(f);
+  return kb * 1024;
+}
+
+/// Memory of this rank, max over the ranks (collective): live allocator bytes (peak since the
+/// last reset), the CPU allocator's cached bytes, resident set and its high-water mark.
+struct RankMemory {
+  int64_t live_peak = 0, cached = 0, rss = 0, rss_peak = 0;
+  static RankMemory max_over_ranks() {
+    RankMemory m;
+    m.live_peak = all_ranks_max(memory_stats().peak);
+    m.cached = all_ranks_max(cpu_cache_stats().cached_bytes);
+    m.rss = all_ranks_max(proc_status_bytes("VmRSS:"));
+    m.rss_peak = all_ranks_max(proc_status_bytes("VmHWM:"));
+    return m;
+  }
+};
 
 /// The value of a scalar loss (plain or distributed).
 double scalar_value(const Tensor& t) {
@@ -125,6 +155,7 @@ struct Trainer {
   std::vector<Tensor> plist;   // the same tensors (optimizer, clipping)
   double trainable_active = 0;  // MoE: a token uses k of E experts (flops.h)
   ProcessGroup* ep_group = nullptr;  // expert parallelism: the ep all-to-all counters
+  RankMemory load_memory;            // the load phase's peak (max over ranks)
   /// distributed.pp_size > 1: this rank's pipeline stages, which replace the model's calls.
   std::unique_ptr<PipelinedModel> pipe;
   std::unique_ptr<optim::AdamW> optimizer;
@@ -275,6 +306,11 @@ struct Trainer {
     note(strformat("model ready in %.1fs: %lld params%s, %lld trainable (%.3f%%); mesh %s on %s", seconds_since(t_build),
                    (long long)total, moe_active.c_str(), (long long)trainable, 100.0 * trainable / total,
                    ctx().str().c_str(), device().str().c_str()));
+    // The load phase (build on meta + parallelize: each rank materialises its shards): its peak.
+    const RankMemory lm = RankMemory::max_over_ranks();
+    note(strformat("load phase peak per rank (max over ranks): live %.1f MiB, RSS %.1f MiB (cached %.1f MiB)",
+                   lm.live_peak / 1048576.0, lm.rss_peak / 1048576.0, lm.cached / 1048576.0));
+    load_memory = lm;
     ep_group = ctx().ep_size > 1 ? ctx().ep_mesh().group(0).get() : nullptr;
   }
 
@@ -445,7 +481,8 @@ struct Trainer {
 
   /// Rank 0: the step's metrics.jsonl line, the progress line, warnings (skipped step, collapse).
   void log_step(const StepResult& s, double val, TrainingHealth& health) {
-    const int64_t peak = all_ranks_max(memory_stats().peak);
+    const RankMemory mem = RankMemory::max_over_ranks();
+    const int64_t peak = mem.live_peak;
     if (rank != 0) return;
     const auto& st = r.step_scheduler;
     const double dt = s.seconds;
@@ -472,6 +509,11 @@ struct Trainer {
                         {"tokens_per_s", m.tokens_per_s},
                         {"label_tokens_per_s", m.label_tokens_per_s},
                         {"peak_mem_bytes", peak},
+                        {"cached_mem_bytes", mem.cached},
+                        {"rss_bytes", mem.rss},
+                        {"peak_rss_bytes", mem.rss_peak},
+                        {"load_peak_mem_bytes", load_memory.live_peak},
+                        {"load_peak_rss_bytes", load_memory.rss_peak},
                         {"step_time_s", dt},
                         {"label_tokens", s.label_tokens},
                         {"epoch", s.epoch}};
