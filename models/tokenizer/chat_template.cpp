@@ -69,9 +69,24 @@ ChatTemplate ChatTemplate::from_name(const std::string& name) {
 
 ChatTemplate ChatTemplate::from_jinja(const std::string& jinja) {
   auto has = [&](const char* s) { return jinja.find(s) != std::string::npos; };
+  // Templates that share a marker with a known one but render differently are refused, not
+  // approximated: Llama 2 (<<SYS>> blocks), Llama 3.1+ (a dated system header), Mistral v0.1 (a
+  // space after </s>) and v0.3 ("[/INST]" without the space before it).
+  auto refuse = [&](const char* which) {
+    DTR_ERROR("chat template not supported: ", which, " (", names(),
+              " are known; set dataset.chat_template to the one that renders it): '", jinja.substr(0, 80), "...'");
+  };
   if (has("<start_of_turn>")) return from_name("gemma");
-  if (has("<|start_header_id|>")) return from_name("llama3");
-  if (has("[INST]")) return from_name("mistral");
+  if (has("<|start_header_id|>")) {
+    if (has("Cutting Knowledge Date")) refuse("Llama 3.1+ (dated system header, tools)");
+    return from_name("llama3");
+  }
+  if (has("[INST]")) {
+    if (has("<<SYS>>")) refuse("Llama 2 (<<SYS>> system block)");
+    if (has("eos_token + ' '")) refuse("Mistral-Instruct v0.1 (a space after </s>)");
+    if (!has(" [/INST]")) refuse("Mistral-Instruct v0.3 ([/INST] without a space before it)");
+    return from_name("mistral");
+  }
   DTR_CHECK(has("<|im_start|>") && has("<|im_end|>"), "chat template not recognised (", names(),
             " are known; set dataset.chat_template): '", jinja.substr(0, 80), "...'");
   // SmolLM2 style: {{ '<|im_start|>system\n<default text><|im_end|>\n' }} guarded by a test that

@@ -46,8 +46,10 @@ class ChatTemplate {
   static std::string names();
   /// Recognises a Jinja chat template string (e.g. GGUF tokenizer.chat_template) by its markers:
   /// <|im_start|> (ChatML, with its default system message if it inserts one), <start_of_turn>
-  /// (gemma), <|start_header_id|> (llama3), [INST] (mistral). Errors: none of them -> dtr::Error
-  /// quoting its start and naming the choices.
+  /// (gemma), <|start_header_id|> (llama3), [INST] (mistral). Checked against the real templates
+  /// of Gemma 3, Llama 3 Instruct and Mistral-7B-Instruct-v0.2 (tests/golden/chat_templates_real.json).
+  /// Errors: none of them, or a variant rendered differently (Llama 2 <<SYS>>, Llama 3.1+ dated
+  /// system header, Mistral v0.1 / v0.3 spacing) -> dtr::Error quoting its start and naming the choices.
   static ChatTemplate from_jinja(const std::string& jinja);
 
   /// The conversation as text. Errors: empty role; for gemma / mistral a role other than

@@ -3,7 +3,12 @@
 // template text, and errors naming the choices.
 #include <catch2/catch.hpp>
 
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+
 #include "models/tokenizer/chat_template.h"
+#include "models/tokenizer/tokenizer.h"
 
 using namespace dtr::tokenizer;
 using Catch::Matchers::Contains;
@@ -57,4 +62,47 @@ TEST_CASE("chat templates are recognised from the model's template text; bad inp
   CHECK_THROWS_WITH(ChatTemplate::from_name("gemma").render({{"tool", "x"}}, false), Contains("role 'tool'"));
   CHECK_THROWS_WITH(ChatTemplate::from_name("mistral").render({{"user", "a"}, {"system", "b"}}, false),
                     Contains("system message must come first"));
+}
+
+TEST_CASE("the models' real Jinja templates are recognised and rendered as transformers renders them", "[chat_template]") {
+  // tests/golden/chat_templates_real.json (make_chat_template_fixture.py): Gemma 3, Llama 3
+  // Instruct and Mistral-7B-Instruct-v0.2's own template strings, conversations rendered by
+  // transformers' render_jinja_template; Gemma's texts also as the ids of the 270M GGUF's tokenizer.
+  std::ifstream in("tests/golden/chat_templates_real.json");
+  REQUIRE(in.good());
+  const auto j = nlohmann::json::parse(in);
+  const char* gguf = "data/gemma3-270m-q4_k_m.gguf";
+  std::shared_ptr<Tokenizer> gemma_tok;
+  if (std::filesystem::exists(gguf)) gemma_tok = load_tokenizer(gguf);
+  else WARN("SKIP (ids only): " << gguf << " not found");
+  int cases = 0, id_cases = 0;
+  for (const auto& t : j["templates"]) {
+    const std::string kind = t["kind"];
+    INFO(kind << " from " << t["source"].get<std::string>());
+    const ChatTemplate tmpl = ChatTemplate::from_jinja(t["jinja"].get<std::string>());
+    CHECK(tmpl.kind() == kind);
+    for (const auto& c : t["cases"]) {
+      std::vector<ChatMessage> msgs;
+      for (const auto& m : c["messages"]) msgs.push_back({m["role"], m["content"]});
+      const std::string text = tmpl.render(msgs, c["add_generation_prompt"].get<bool>());
+      CHECK(text == c["text"].get<std::string>());
+      ++cases;
+      if (c.contains("ids") && gemma_tok) {
+        const auto ids = gemma_tok->encode(text);
+        CHECK(std::vector<int32_t>(ids.begin(), ids.end()) == c["ids"].get<std::vector<int32_t>>());
+        ++id_cases;
+      }
+    }
+  }
+  CHECK(cases == 13);
+  if (gemma_tok) CHECK(id_cases == 5);
+  // Variants that share a marker but render differently are refused, naming the variant.
+  CHECK_THROWS_WITH(ChatTemplate::from_jinja("{{ '[INST] <<SYS>>\\n' + system + '\\n<</SYS>>\\n\\n' }}"),
+                    Contains("Llama 2"));
+  CHECK_THROWS_WITH(ChatTemplate::from_jinja("{{ message['content'] + eos_token + ' ' }}{{ '[INST] ' + c + ' [/INST]' }}"),
+                    Contains("Mistral-Instruct v0.1"));
+  CHECK_THROWS_WITH(ChatTemplate::from_jinja("{{- \"[INST] \" + message[\"content\"] + \"[/INST]\" }}"),
+                    Contains("Mistral-Instruct v0.3"));
+  CHECK_THROWS_WITH(ChatTemplate::from_jinja("<|start_header_id|>system<|end_header_id|>Cutting Knowledge Date: Dec"),
+                    Contains("Llama 3.1+"));
 }
