@@ -42,8 +42,9 @@ int main(int argc, char** argv) {
   try {
     dtr::check_process_environment();
     if (*g2h) {
-      dtr::convert_gguf_to_hf(in, out);
-      std::printf("dtr-convert: wrote %s (config.json, model.safetensors, tokenizer files)\n", out.c_str());
+      const bool tok = dtr::convert_gguf_to_hf(in, out);
+      std::printf("dtr-convert: wrote %s (config.json, model.safetensors%s)\n", out.c_str(),
+                  tok ? ", tokenizer files" : "; no tokenizer files: SentencePiece vocabulary, load it from the GGUF");
     } else if (*h2g) {
       dtr::convert_hf_to_gguf(in, out, dtr::parse_gguf_outtype(outtype));
       std::printf("dtr-convert: wrote %s (%s)\n", out.c_str(), outtype.c_str());

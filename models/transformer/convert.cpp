@@ -9,20 +9,19 @@
 
 namespace dtr {
 
-void convert_gguf_to_hf(const std::string& gguf_path, const std::string& out_dir) {
+bool convert_gguf_to_hf(const std::string& gguf_path, const std::string& out_dir) {
   auto model = load_model_gguf(gguf_path);
   save_model_hf(*model, out_dir);
-  const auto g = gguf::GGUFFile::open(gguf_path);
-  const auto tok = tokenizer::BPETokenizer::from_gguf(g);
-  const std::string tmpl = g.has("tokenizer.chat_template") ? g.get("tokenizer.chat_template").as_string() : "";
-  tokenizer::save_hf_tokenizer(tok, out_dir, tmpl);
+  return save_base_tokenizer(gguf_path, out_dir);
 }
 
 bool save_base_tokenizer(const std::string& base, const std::string& out_dir) {
   namespace fs = std::filesystem;
   if (base.size() > 5 && base.compare(base.size() - 5, 5, ".gguf") == 0) {
     const auto g = gguf::GGUFFile::open(base);
-    if (!g.has("tokenizer.ggml.tokens")) return false;
+    // Byte-level BPE ("gpt2") only: a SentencePiece vocabulary ("llama", Gemma) has no
+    // tokenizer.json writer (transformers loads it from the GGUF: from_pretrained(gguf_file=...)).
+    if (!g.has("tokenizer.ggml.tokens") || g.get_string("tokenizer.ggml.model", "") != "gpt2") return false;
     const auto tok = tokenizer::BPETokenizer::from_gguf(g);
     const std::string tmpl = g.has("tokenizer.chat_template") ? g.get("tokenizer.chat_template").as_string() : "";
     tokenizer::save_hf_tokenizer(tok, out_dir, tmpl);

@@ -10,9 +10,11 @@
 namespace dtr {
 
 /// GGUF file -> Hugging Face directory: config.json, model.safetensors (f32; dequantised, Q/K
-/// permutation undone), tokenizer.json + tokenizer_config.json (with the GGUF's chat template).
+/// permutation undone), tokenizer.json + tokenizer_config.json (with the GGUF's chat template) for a
+/// byte-level BPE tokenizer (save_base_tokenizer). Returns whether tokenizer files were written
+/// (false for a SentencePiece GGUF such as Gemma's: no tokenizer.json writer for it yet).
 /// Errors: whatever reading the GGUF or writing the files raises (naming file and key).
-void convert_gguf_to_hf(const std::string& gguf_path, const std::string& out_dir);
+bool convert_gguf_to_hf(const std::string& gguf_path, const std::string& out_dir);
 
 /// Float type of the 2-D weights written by convert_hf_to_gguf (1-D tensors stay F32).
 enum class GGUFOutType { f32, f16, bf16 };
@@ -42,8 +44,9 @@ void convert_hf_to_gguf(const std::string& hf_dir, const std::string& out_path,
 void add_gguf_model_tensors(gguf::GGUFWriter& w, const ModelConfig& c, safetensors::TensorMap sd, GGUFOutType outtype,
                             const std::string& source);
 
-/// The tokenizer files of a base model into `out_dir`: from a GGUF, tokenizer.json +
-/// tokenizer_config.json (with its chat template) as convert_gguf_to_hf writes them; from an HF
+/// The tokenizer files of a base model into `out_dir`: from a GGUF with a byte-level BPE
+/// tokenizer (tokenizer.ggml.model gpt2), tokenizer.json + tokenizer_config.json (with its chat
+/// template); a SentencePiece GGUF writes none (returns false); from an HF
 /// directory, a copy of its tokenizer.json, tokenizer_config.json, special_tokens_map.json and
 /// chat_template.jinja (those present). Returns false when the base has no tokenizer.
 bool save_base_tokenizer(const std::string& base, const std::string& out_dir);

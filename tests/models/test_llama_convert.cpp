@@ -6,6 +6,7 @@
 
 #include "gradcheck.h"
 #include "models/formats/gguf.h"
+#include "models/formats/gguf_writer.h"
 #include "models/transformer/convert.h"
 #include "models/transformer/load.h"
 #include "models/lora/inject.h"
@@ -65,4 +66,22 @@ TEST_CASE("gguf-to-hf: the HF directory reloads to the same model and tokenizer"
   NoGradGuard ng;
   CHECK(dtr::testing::max_abs_diff(a->call(ids), b->call(ids)) == 0);
   fs::remove_all(out);
+}
+
+TEST_CASE("save_base_tokenizer: a SentencePiece GGUF (Gemma's) writes no tokenizer files instead of failing",
+          "[convert]") {
+  // dtr-train's PEFT export of a Gemma GGUF base failed here after training (BPETokenizer::from_gguf
+  // on tokenizer.ggml.model 'llama': "only byte-level BPE" error, job aborted).
+  const fs::path tmp = fs::temp_directory_path() / ("dtr_convert_sp_" + std::to_string(::getpid()));
+  fs::remove_all(tmp);
+  fs::create_directories(tmp);
+  gguf::GGUFWriter w;
+  w.add_string("general.architecture", "gemma3");
+  w.add_string("tokenizer.ggml.model", "llama");
+  w.add("tokenizer.ggml.tokens", gguf::make_string_array({"<pad>", "<eos>", "<bos>", "\xe2\x96\x81a"}));
+  w.add("tokenizer.ggml.scores", gguf::make_f32_array({0, 0, 0, -1}));
+  w.write((tmp / "sp.gguf").string());
+  CHECK_FALSE(save_base_tokenizer((tmp / "sp.gguf").string(), (tmp / "out").string()));
+  CHECK_FALSE(fs::exists(tmp / "out" / "tokenizer.json"));
+  fs::remove_all(tmp);
 }
