@@ -18,6 +18,7 @@
 #include "models/lora/inject.h"
 #include "models/transformer/convert.h"
 #include "models/transformer/load.h"
+#include "models/transformer/memory_plan.h"
 #include "models/transformer/meta_load.h"
 #include "parallel/meta_init.h"
 #include "parallel/model_parallelizer.h"
@@ -301,4 +302,33 @@ TEST_CASE("GGUF blocks of the real quantised SmolLM2 equal the eager dequantisat
     }
   }
   CHECK(n == 3 * static_cast<int64_t>(m->named_parameters().size()));
+}
+
+TEST_CASE("dry-run plan: FSDP bytes per step equal the process-group counters of a real step", "[meta][memory_plan]") {
+  const int64_t w = world_size();
+  if (w < 2) return;
+  const ModelConfig c = llama_debug_config();
+  MeshContext ctx = make_ctx({w, 1, 1, false});
+  std::shared_ptr<CausalLM> m;
+  {
+    MetaInitGuard g;
+    manual_seed(5);
+    m = std::make_shared<CausalLM>(c);
+  }
+  const MemoryPlan plan = plan_memory(*m, ctx, {2, 8, 1}, DType::f32);
+  parallelize_model(*m, ctx);
+  std::vector<int64_t> v;
+  for (int64_t i = 0; i < 2 * 8; ++i) v.push_back((i * 7 + rank() * 3) % c.vocab_size);
+  const Tensor ids = from_vector<int64_t>(v, {2, 8});
+  auto step = [&] {
+    Tensor loss = causal_lm_loss(m->call(ids), ids);
+    loss.backward();
+    finish_model_backward(*m, ctx);
+  };
+  step();  // warm-up: records the forward order for prefetch
+  CommCounters& cnt = ctx.fsdp_mesh().group(0)->counters();
+  cnt.reset();
+  step();
+  CHECK(static_cast<double>(cnt.nbytes(CommKind::all_gather)) == plan.comm.at("dp_shard").all_gather);
+  CHECK(static_cast<double>(cnt.nbytes(CommKind::reduce_scatter)) == plan.comm.at("dp_shard").reduce_scatter);
 }
