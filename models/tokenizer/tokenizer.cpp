@@ -23,6 +23,8 @@ std::shared_ptr<Tokenizer> load_tokenizer(const std::string& path) {
     DTR_ERROR(path, ": tokenizer.ggml.model '", model, "' is not supported (gpt2: byte-level BPE, llama: SentencePiece)");
   }
   const std::string file = fs::is_directory(path) ? (fs::path(path) / "tokenizer.json").string() : path;
+  DTR_CHECK(fs::exists(file), "tokenizer: '", path,
+            "' is neither a .gguf file nor an HF directory with tokenizer.json nor a tokenizer.json");
   nlohmann::json j;
   try {
     j = nlohmann::json::parse(read_file_to_string(file));

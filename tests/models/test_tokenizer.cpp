@@ -197,7 +197,7 @@ TEST_CASE("ChatML template of SmolLM2-Instruct", "[tokenizer][chat]") {
   CHECK(ChatTemplate::from_jinja(jinja).default_system() == "You are X");
   REQUIRE_THROWS_WITH(ChatTemplate::from_jinja("{{ bos_token }}### Human:"),
                       Contains("not recognised") && Contains("gemma, llama3, mistral"));
-  CHECK(ChatTemplate::from_jinja("{{ bos_token }}[INST]").kind() == "mistral");
+  CHECK(ChatTemplate::from_jinja("{{ bos_token }}[INST] {{ m }} [/INST]").kind() == "mistral");
 }
 
 TEST_CASE("real SmolLM2 tokenizer matches Hugging Face token ids", "[tokenizer][real]") {
