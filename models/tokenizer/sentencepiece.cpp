@@ -322,14 +322,7 @@ std::vector<int32_t> SentencePieceTokenizer::encode_with_offsets(std::string_vie
 }
 
 std::string SentencePieceTokenizer::decode(const std::vector<int32_t>& ids, bool skip_special) const {
-  std::string out;
-  for (int32_t id : ids) {
-    DTR_CHECK(id >= 0 && static_cast<size_t>(id) < token_bytes_.size(), "decode: token id ", id,
-              " is outside the vocabulary of ", token_bytes_.size());
-    if (skip_special && is_special(id)) continue;
-    out += token_bytes_[static_cast<size_t>(id)];
-  }
-  return out;
+  return decode_token_bytes(token_bytes_, ids, skip_special);
 }
 
 }  // namespace dtr::tokenizer

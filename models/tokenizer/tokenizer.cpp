@@ -12,6 +12,18 @@
 
 namespace dtr::tokenizer {
 
+std::string Tokenizer::decode_token_bytes(const std::vector<std::string>& token_bytes,
+                                          const std::vector<int32_t>& ids, bool skip_special) const {
+  std::string out;
+  for (int32_t id : ids) {
+    DTR_CHECK(id >= 0 && static_cast<size_t>(id) < token_bytes.size(), "decode: token id ", id,
+              " is outside the vocabulary of ", token_bytes.size());
+    if (skip_special && is_special(id)) continue;
+    out += token_bytes[static_cast<size_t>(id)];
+  }
+  return out;
+}
+
 std::shared_ptr<Tokenizer> load_tokenizer(const std::string& path) {
   namespace fs = std::filesystem;
   DTR_CHECK(fs::exists(path), "tokenizer: no such file or directory '", path, "'");

@@ -38,6 +38,13 @@ class Tokenizer {
   virtual int32_t bos_id() const = 0;
   virtual int32_t eos_id() const = 0;
   virtual int32_t pad_id() const = 0;
+
+ protected:
+  /// decode for tokenizers that keep each id's decoded bytes: the concatenation of
+  /// token_bytes[id] (control tokens left out when skip_special). Errors: an id outside
+  /// [0, token_bytes.size()) -> dtr::Error naming it.
+  std::string decode_token_bytes(const std::vector<std::string>& token_bytes, const std::vector<int32_t>& ids,
+                                 bool skip_special) const;
 };
 
 /// The tokenizer of a model file: a GGUF (tokenizer.ggml.model "gpt2" -> BPETokenizer, "llama" ->
