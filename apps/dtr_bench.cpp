@@ -1,5 +1,5 @@
 // dtr-bench: the benchmark front end (CLI11 subcommands; `dtr-bench NAME --help` prints the
-// benchmark's options and runs nothing). `dtr-bench <name> [args]` with name one of gemm, ops,
+// benchmark's options and runs nothing). `dtr-bench <name> [args]` with name one of cpu-peak, gemm, ops,
 // dtensor, collectives, fsdp, pipeline, train-step, moe, cp-memory. Each prints dtr beside its reference,
 // measured in the same run, except train-step and moe (bench/moe.h), which time dtr alone
 // (bench/compare/ puts them beside PyTorch: run.sh, moe.sh), pipeline, whose reference is the
@@ -26,6 +26,7 @@
 #include "bench/fsdp.h"
 #include "bench/gemm.h"
 #include "bench/cp_memory.h"
+#include "bench/cpu_peak.h"
 #include "bench/moe.h"
 #ifdef DTR_WITH_CUDA
 #include "bench/gemm_gpu.h"
@@ -51,6 +52,9 @@ struct Bench {
 
 int main(int argc, char** argv) {
   const std::vector<Bench> benches = {
+      {"cpu-peak", dtr::bench::bench_cpu_peak,
+       "theoretical f32 FMA peak (cores x FMA units x lanes x 2 x measured clock) and the measured FMA loop",
+       "[--threads T]"},
       {"gemm", dtr::bench::bench_gemm, "dtr's SGEMM vs raw Eigen on the train-step shapes",
        "[--blas] (add OpenBLAS)  [FILTER] (shape names containing FILTER)"},
 #ifdef DTR_WITH_CUDA

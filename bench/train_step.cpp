@@ -383,6 +383,12 @@ int bench_train_step(int argc, char** argv) {
                    {"optimizer_ms", median(ph.opt) * ms},
                    {"comm_exposed_ms", median(ph.comm) * ms},
                    {"other_ms", median(ph.other) * ms}};
+    // Per-step ms of each op family (the table above; "(outside ops)" = autograd, hooks, comm):
+    // bench/compare's report reads attention's share from it.
+    nlohmann::json fj = nlohmann::json::object();
+    for (const auto& [n, f] : fams) fj[n] = f.second / n_steps * ms;
+    fj["(outside ops)"] = (sum_steps - in_ops) / n_steps * ms;
+    j["op_families_ms"] = fj;
     j["config"] = {{"layers", c.layers}, {"hidden", c.hidden},      {"intermediate", c.intermediate},
                    {"heads", c.heads},   {"kv_heads", c.kv_heads},  {"vocab", c.vocab},
                    {"seq", c.seq},       {"batch", c.batch},        {"lora_rank", c.lora_rank},

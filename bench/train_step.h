@@ -42,7 +42,8 @@ double sgemm_peak_flops();
 /// a per-op table and, as the last stdout line, one JSON object:
 ///   {"step_ms_median", "tokens_per_s", "model_flops_per_step", "model_flops_per_s",
 ///    "sgemm_peak_flops", "mfu", "peak_rss_mib", "cpu_ms_per_step", "phases": {"forward_ms",
-///    "backward_ms", "optimizer_ms", "comm_exposed_ms", "other_ms"}, "config": {...}}
+///    "backward_ms", "optimizer_ms", "comm_exposed_ms", "other_ms"}, "op_families_ms": {family:
+///    ms per step, e.g. "gemm", "attention"}, "config": {...}}
 /// Phases are medians over the timed steps; forward / backward / optimizer exclude the exposed
 /// communication measured inside them (FSDP waits), so the five phases add up to the step.
 /// cpu_ms_per_step: user + system CPU time of rank 0 per timed step (a load-independent
