@@ -48,7 +48,7 @@ const Tensor& FSDPParam::unsharded_local() const { return tp_spec ? local_tensor
 
 FSDPParamGroup::FSDPParamGroup(nn::Module& module, std::vector<std::pair<std::vector<std::string>, Tensor>> params,
                                const DeviceMesh& mesh, const FSDPOptions& opt, std::string label, bool tp_layout)
-    : module_(module), mesh_(mesh), label_(std::move(label)) {
+    : module_(module), mesh_(mesh), tp_layout_(tp_layout), label_(std::move(label)) {
   // Mesh dims: [replicate,] shard [, tp].
   const int nd = mesh.ndim();
   const int dp_dims = tp_layout ? nd - 1 : nd;

@@ -112,6 +112,8 @@ class FSDPParamGroup {
   DType param_dtype() const { return param_dtype_; }
   DType reduce_dtype() const { return reduce_dtype_; }
   const DeviceMesh& mesh() const { return mesh_; }
+  /// FSDP + TP: the mesh's last dim is the parameters' tp mesh.
+  bool tp_layout() const { return tp_layout_; }
   /// Called with the index of a trainable parameter after its unsharded .grad was accumulated.
   std::function<void(int)> on_grad_ready;
 
@@ -123,6 +125,7 @@ class FSDPParamGroup {
 
   nn::Module& module_;
   DeviceMesh mesh_;
+  bool tp_layout_ = false;
   std::shared_ptr<ProcessGroup> shard_pg_, replicate_pg_;
   int64_t shard_size_ = 1, dp_size_ = 1;  // dp_size_: product of the dp dims (tp excluded)
   double divide_factor_ = 1;              // gradients are divided by it (default dp_size_)

@@ -119,20 +119,39 @@ void check_dtype(std::optional<DType> dt, const char* what) {
             "fully_shard: MixedPrecisionPolicy.", what, " = ", *dt, " is not supported (expected f32, f64, bf16 or f16)");
 }
 
-/// FSDP + TP: a DTensor parameter must live on a 1-d mesh equal to the last ("tp") dim of the
-/// fully_shard mesh and be Shard or Replicate there.
-void check_tp_param(const std::string& label, const std::string& fqn, const Tensor& t, const DeviceMesh& mesh,
-                    bool tp_layout) {
+/// FSDP + TP: a DTensor parameter must live on a 1-d mesh equal to the last dim of the
+/// fully_shard mesh (whatever its name: "tp", "model", "ep", ...) and be Shard or Replicate there.
+void check_tp_param(const std::string& label, const std::string& fqn, const Tensor& t, const DeviceMesh& mesh) {
   const DTensorSpec& s = dtensor_spec(t, "fully_shard");
-  DTR_CHECK(tp_layout, "fully_shard(", label, "): parameter \"", fqn, "\" is already a DTensor (", s.str(),
-            "); for FSDP + TP pass the (dp_shard, tp) mesh whose \"tp\" dim is the parameter's mesh, got ",
-            mesh.str());
-  const std::string inner = mesh.dim_names().back();  // "tp", or "ep" (expert parallelism)
+  DTR_CHECK(mesh.ndim() == 2 || mesh.ndim() == 3, "fully_shard(", label, "): parameter \"", fqn,
+            "\" is already a DTensor (", s.str(), "); for FSDP + TP pass the (dp_shard, tp) mesh (or ",
+            "(dp_replicate, dp_shard, tp)) whose last dim is the parameter's mesh, got ", mesh.str());
+  const std::string inner = mesh.dim_names().back();  // "tp", "ep" (expert parallelism), any name
+  for (int i = 0; i + 1 < mesh.ndim(); ++i)
+    DTR_CHECK(!(s.mesh == mesh[mesh.dim_names()[i]]), "fully_shard(", label, "): parameter \"", fqn, "\" lives on ",
+              s.mesh.str(), ", dim ", i, " of the fully_shard mesh ", mesh.str(), "; FSDP + TP expects a (dp_shard, ",
+              "tp) or (dp_replicate, dp_shard, tp) mesh with tp last (the parameters' mesh as the last dim)");
   DTR_CHECK(s.mesh.ndim() == 1 && s.mesh == mesh[inner], "fully_shard(", label, "): FSDP + ", inner,
             " mesh dims do not match: parameter \"", fqn, "\" lives on ", s.mesh.str(), " but the fully_shard mesh's ",
             inner, " dim is ", mesh[inner].str(), " (full mesh ", mesh.str(), ")");
   DTR_CHECK(s.placements[0].is_shard() || s.placements[0].is_replicate(), "fully_shard(", label, "): parameter \"",
             fqn, "\" has TP placement ", s.placements[0].str(), "; FSDP + TP needs Shard or Replicate");
+}
+
+/// FSDP + TP is recognised from the parameters' own meshes, never from dim names: a unit with a
+/// DTensor parameter (checked by check_tp_param) is laid out (dp..., tp). A unit of plain
+/// parameters takes the layout of a unit below it on the same mesh (the root after its TP
+/// layers); otherwise the mesh is (shard) or (replicate, shard).
+bool unit_is_tp_layout(nn::Module& module, const std::vector<std::pair<std::vector<std::string>, Tensor>>& params,
+                       const DeviceMesh& mesh) {
+  for (const auto& p : params)
+    if (p.second.is_distributed()) return true;
+  for (auto& [fqn, m] : module.named_modules()) {
+    if (m.get() == &module) continue;
+    const FSDPParamGroup* g = fsdp_param_group(*m);
+    if (g && g->tp_layout() && g->mesh() == mesh) return true;
+  }
+  return false;
 }
 
 int index_of(const std::vector<FSDPState*>& v, const FSDPState* s) {
@@ -283,19 +302,6 @@ void FSDPState::maybe_reshard_after_backward() {
 void fully_shard(nn::Module& module, const DeviceMesh& mesh, const FSDPOptions& options) {
   const std::string label = module.type_name();
   DTR_CHECK(!state_of(&module), "fully_shard: called twice on the same ", label, " module");
-  // FSDP + TP: the mesh ends with a dim named "tp" (MeshContext's name), the mesh of the TP
-  // DTensor parameters.
-  const auto& names = mesh.dim_names();
-  // Expert parallelism: the same layout with the experts' "ep" dim last ((ep_shard, ep) mesh).
-  const bool tp_layout = std::find(names.begin(), names.end(), "tp") != names.end() || names.back() == "ep";
-  if (tp_layout) {
-    DTR_CHECK((names.back() == "tp" || names.back() == "ep") && (mesh.ndim() == 2 || mesh.ndim() == 3), "fully_shard(",
-              label, "): FSDP + TP expects a (dp_shard, tp) or (dp_replicate, dp_shard, tp) mesh with tp last ",
-              "(expert parallelism: ep last), got ", mesh.str());
-  } else {
-    DTR_CHECK(mesh.ndim() == 1 || mesh.ndim() == 2, "fully_shard(", label, "): expected a 1-d (shard) or 2-d ",
-              "(replicate, shard) mesh, got ", mesh.ndim(), " dims ", mesh.str());
-  }
   DTR_CHECK(options.forward_prefetch_depth >= 0 && options.backward_prefetch_depth >= 0, "fully_shard(", label,
             "): prefetch depths must be >= 0 (forward ", options.forward_prefetch_depth, ", backward ",
             options.backward_prefetch_depth, ")");
@@ -313,7 +319,7 @@ void fully_shard(nn::Module& module, const DeviceMesh& mesh, const FSDPOptions& 
       DTR_ERROR("fully_shard(", label, "): parameter \"", fqn, "\" is shared with ", c->second.desc,
                 ", which another fully_shard unit already claimed; tied weights must live in one unit "
                 "(apply fully_shard to a module that contains both)");
-    if (t.is_distributed()) check_tp_param(label, fqn, t, mesh, tp_layout);
+    if (t.is_distributed()) check_tp_param(label, fqn, t, mesh);
     DTR_CHECK(t.dim() >= 1, "fully_shard(", label, "): parameter \"", fqn, "\" is 0-d; Shard(0) needs dim >= 1");
     DTR_CHECK(t.is_leaf(), "fully_shard(", label, "): parameter \"", fqn, "\" is not a leaf");
     DTR_CHECK(!options.offload_policy.enabled || t.device().is_cpu(), "fully_shard(", label, "): OffloadPolicy with ",
@@ -327,6 +333,10 @@ void fully_shard(nn::Module& module, const DeviceMesh& mesh, const FSDPOptions& 
     index[t.impl()] = params.size();
     params.push_back({{fqn}, t});
   }
+  const bool tp_layout = unit_is_tp_layout(module, params, mesh);
+  DTR_CHECK(tp_layout || mesh.ndim() == 1 || mesh.ndim() == 2, "fully_shard(", label, "): expected a 1-d (shard) or ",
+            "2-d (replicate, shard) mesh, got ", mesh.ndim(), " dims ", mesh.str(),
+            " (a 3-d (replicate, shard, tp) mesh needs tensor-parallel DTensor parameters)");
   for (auto& [names, t] : params)
     claimed_originals()[t.impl()] = Claim{t.impl_ptr(), "\"" + names[0] + "\" of a " + label + " unit"};
 

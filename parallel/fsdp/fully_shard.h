@@ -27,9 +27,12 @@
 // a parameter frozen later is no longer reduced (so the optimizer never moves it again), one
 // unfrozen later is reduced from then on (FSDPParamGroup::sync_requires_grad).
 //
-// FSDP + TP: when `mesh` has a dim named "tp" (last; MeshContext's name) the module's
-// parameters may be tensor-parallel DTensors on mesh["tp"] (after parallelize_module). The dims
-// before tp are the dp dims ((dp_shard) or HSDP (dp_replicate, dp_shard)). Each parameter's
+// FSDP + TP is recognised from the parameters' own meshes, whatever the dims are named: when a
+// parameter of the unit is already a DTensor (after parallelize_module), its 1-d mesh must be the
+// last dim of `mesh` ("tp", "model", "ep", ...) and the dims before it are the dp dims ((shard)
+// or HSDP (replicate, shard)); a unit of plain parameters whose descendant units use the same
+// mesh that way (the root after its TP layers) is laid out alike, any other unit of plain
+// parameters reads `mesh` as (shard) or (replicate, shard). Each parameter's
 // TP-local tensor is split along dim 0 over dp_shard, so the sharded parameter is a DTensor on
 // the whole mesh: [Shard(0), TP placement], or [StridedShard(0, tp), Shard(0)] when TP splits dim
 // 0 too (colwise; rank (d, t) holds dp chunk d of TP block t, PyTorch's _StridedShard layout, so
@@ -51,10 +54,10 @@ namespace dtr {
 /// Shards `module`'s unclaimed parameters over `mesh` (see the file comment).
 /// Errors: fully_shard already called on `module`; a parameter also registered in a module
 /// outside this unit that an earlier unit claimed (tied weights across units; both FQNs named);
-/// a DTensor parameter (TP) with a mesh without a "tp" dim, a "tp" dim that is not last, or a
-/// tp dim that is not the parameter's mesh ("mesh dims do not match"), or a Partial TP placement;
+/// a DTensor parameter (TP) with a 1-d `mesh`, living on a dim of `mesh` that is not the last
+/// ("tp last"), or on another mesh than the last dim ("mesh dims do not match"), or a Partial TP placement;
 /// a 0-d or non-leaf parameter; parameters of one unit with different dtypes; a policy dtype
-/// that is not f32/f64/bf16/f16; a mesh that is not 1-d or 2-d (2-d or 3-d with tp); negative
+/// that is not f32/f64/bf16/f16; a mesh that is not 1-d or 2-d (2-d or 3-d when the unit is FSDP + TP); negative
 /// prefetch depths; an enabled OffloadPolicy with a parameter not on the CPU (not built).
 void fully_shard(nn::Module& module, const DeviceMesh& mesh, const FSDPOptions& options = {});
 

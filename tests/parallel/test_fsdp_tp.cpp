@@ -32,14 +32,17 @@ std::vector<MeshSpec> meshes() {
   }
 }
 
-DeviceMesh make_mesh(const MeshSpec& m) {
-  if (m.rep > 1) return DeviceMesh({m.rep, m.dp, m.tp}, {"dp_replicate", "dp_shard", "tp"});
-  return DeviceMesh({m.dp, m.tp}, {"dp_shard", "tp"});
+/// The mesh of `m` with dim names `names` ((replicate,) shard, tp); MeshContext's by default.
+DeviceMesh make_mesh(const MeshSpec& m, const std::vector<std::string>& names = {"dp_replicate", "dp_shard", "tp"}) {
+  if (m.rep > 1) return DeviceMesh({m.rep, m.dp, m.tp}, names);
+  return DeviceMesh({m.dp, m.tp}, {names[1], names[2]});
 }
 
+/// The tiny net with TP on the mesh's last dim (whatever its name), then fully_shard per layer
+/// and on the root over the whole mesh.
 std::shared_ptr<TinyNet> build(const DeviceMesh& mesh, const FSDPOptions& opt) {
   auto net = make_net();
-  parallelize_module(*net, mesh["tp"], tiny_tp_plan());
+  parallelize_module(*net, mesh[mesh.dim_names().back()], tiny_tp_plan());
   for (auto& l : net->layers->children()) fully_shard(*l, mesh, opt);
   fully_shard(*net, mesh, opt);
   return net;
@@ -65,6 +68,29 @@ std::string unit_of(const std::string& fqn) {
   return "";
 }
 
+/// Trains the FSDP + TP net on `mesh` (layout `ms`) for 5 AdamW steps and checks losses and
+/// parameters against the single-process run `ref`.
+void check_equals_single_process(const RunResult& ref, const DeviceMesh& mesh, const MeshSpec& ms, bool reshard) {
+  FSDPOptions opt;
+  opt.reshard_after_forward = reshard;
+  auto net = build(mesh, opt);
+  optim::AdamW adam(net->parameters(), optim::AdamWOptions{1e-2});
+  TrainSpec s;
+  std::tie(s.dp_rank, s.dp_size) = dp_of(mesh, ms);
+  s.after_backward = [](nn::Module& m) { finish_backward(m); };
+  s.loss_pg = DeviceMesh::world("loss").group(0);  // tp ranks hold equal losses
+  RunResult r;
+  r.losses = train(*net, adam, s);
+  r.params = full_params(*net);
+  for (size_t i = 0; i < r.losses.size(); ++i) {
+    INFO("step " << i << " single " << ref.losses[i] << " fsdp+tp " << r.losses[i]);
+    CHECK(std::abs(r.losses[i] - ref.losses[i]) <= kLossRelTol * ref.losses[i]);
+  }
+  auto [d, where] = max_param_diff(ref.params, r.params);
+  INFO("max |param diff| " << d << " at " << where);
+  CHECK(d <= kParamTol);
+}
+
 }  // namespace
 
 TEST_CASE("FSDP + TP: 5 AdamW steps equal the single-process run", "[fsdp][tp]") {
@@ -72,25 +98,40 @@ TEST_CASE("FSDP + TP: 5 AdamW steps equal the single-process run", "[fsdp][tp]")
   for (const MeshSpec& ms : meshes())
     for (bool reshard : {true, false}) {
       INFO("mesh " << ms.rep << "x" << ms.dp << "x" << ms.tp << " reshard " << reshard);
-      DeviceMesh mesh = make_mesh(ms);
-      FSDPOptions opt;
-      opt.reshard_after_forward = reshard;
-      auto net = build(mesh, opt);
-      optim::AdamW adam(net->parameters(), optim::AdamWOptions{1e-2});
-      TrainSpec s;
-      std::tie(s.dp_rank, s.dp_size) = dp_of(mesh, ms);
-      s.after_backward = [](nn::Module& m) { finish_backward(m); };
-      s.loss_pg = DeviceMesh::world("loss").group(0);  // tp ranks hold equal losses
-      RunResult r;
-      r.losses = train(*net, adam, s);
-      r.params = full_params(*net);
-      for (size_t i = 0; i < r.losses.size(); ++i) {
-        INFO("step " << i << " single " << ref.losses[i] << " fsdp+tp " << r.losses[i]);
-        CHECK(std::abs(r.losses[i] - ref.losses[i]) <= kLossRelTol * ref.losses[i]);
+      check_equals_single_process(ref, make_mesh(ms), ms, reshard);
+    }
+}
+
+// FSDP + TP comes from the parameters' own meshes: the same run on meshes whose dims carry
+// other names ("model" as the TP dim, torchtitan's "dp_shard_cp") is FSDP + TP too.
+TEST_CASE("FSDP + TP: recognised from the parameters' meshes whatever the dim names", "[fsdp][tp]") {
+  const RunResult ref = reference_run(nullptr, /*sgd=*/false);
+  const std::vector<std::vector<std::string>> namings = {{"replica", "dp", "model"},
+                                                        {"dp_replicate", "dp_shard_cp", "tp_inner"}};
+  for (const MeshSpec& ms : meshes())
+    for (const auto& names : namings) {
+      INFO("mesh " << ms.rep << "x" << ms.dp << "x" << ms.tp << " names " << names[0] << "," << names[1] << ","
+                   << names[2]);
+      DeviceMesh mesh = make_mesh(ms, names);
+      {  // Layout: a layer's colwise weight is (dp..., tp); the root, left with only the plain
+         // norm once emb and head are units of their own, follows its TP units below.
+        auto net = make_net();
+        parallelize_module(*net, mesh[names[2]], tiny_tp_plan());
+        for (auto& l : net->layers->children()) fully_shard(*l, mesh);
+        fully_shard(*net->emb, mesh);
+        fully_shard(*net->head, mesh);
+        fully_shard(*net, mesh);
+        Placements colwise{StridedShard(0, ms.tp), Shard(0)}, plain{Shard(0), Replicate()};
+        if (ms.rep > 1) {
+          colwise.insert(colwise.begin(), Replicate());
+          plain.insert(plain.begin(), Replicate());
+        }
+        CHECK(fsdp_param_group(*net->layers->children()[0])->tp_layout());
+        CHECK(placements(net->get_parameter("layers.0.fc1.weight")) == colwise);
+        CHECK(fsdp_param_group(*net)->tp_layout());
+        CHECK(placements(net->get_parameter("norm.weight")) == plain);
       }
-      auto [d, where] = max_param_diff(ref.params, r.params);
-      INFO("max |param diff| " << d << " at " << where);
-      CHECK(d <= kParamTol);
+      check_equals_single_process(ref, mesh, ms, /*reshard=*/true);
     }
 }
 
