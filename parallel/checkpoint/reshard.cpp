@@ -34,6 +34,12 @@ bool overlap(const TensorBlock& a, const TensorBlock& b, Shape& lo, Shape& hi) {
 
 }  // namespace
 
+bool blocks_overlap(const Shape& a_offset, const Shape& a_sizes, const Shape& b_offset, const Shape& b_sizes) {
+  for (size_t d = 0; d < a_offset.size(); ++d)
+    if (std::min(a_offset[d] + a_sizes[d], b_offset[d] + b_sizes[d]) <= std::max(a_offset[d], b_offset[d])) return false;
+  return true;
+}
+
 TensorBlock local_block(const Tensor& t, Shape* global_shape) {
   TensorBlock b;
   if (t.is_distributed()) {

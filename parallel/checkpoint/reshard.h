@@ -3,8 +3,8 @@
 // tensor sits in the global tensor, and the assembly of a block from saved blocks of any other
 // sharding (another mesh, other placements, replicated copies). Tensor ops only (narrow +
 // copy_), so blocks may live on any device. The storage (files, their format, the commit
-// protocol) is the caller's: dtr-train's checkpoints (apps/train/checkpoint.h) save each
-// rank's local_block and load through assemble_block.
+// protocol) is the caller's: parallel/checkpoint/state_dict.h saves each rank's local_block
+// and loads through assemble_block.
 // Source: PyTorch torch.distributed.checkpoint (ChunkStorageMetadata offsets / sizes; the load
 // planner reads every saved chunk overlapping a local shard).
 #include <string>
@@ -24,6 +24,10 @@ struct TensorBlock {
 /// at DTensorSpec::local_offset(), or the whole of a plain tensor at offset 0.
 /// Errors: a local shard whose shape differs from its spec's local shape.
 TensorBlock local_block(const Tensor& t, Shape* global_shape = nullptr);
+
+/// True when the boxes [a_offset, a_offset + a_sizes) and [b_offset, b_offset + b_sizes) share
+/// an element (same rank assumed).
+bool blocks_overlap(const Shape& a_offset, const Shape& a_sizes, const Shape& b_offset, const Shape& b_sizes);
 
 /// Copies the overlap of `src` into `dst` (both blocks of the same global tensor); returns the
 /// number of elements copied (0: disjoint). Errors: ranks or dtypes differ.
