@@ -189,6 +189,16 @@ Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tens
 /// Mean cross-entropy over tokens whose target != ignore_index. logits [N, C], targets [N]
 /// int64. Fused log-softmax. Errors: a target outside [0, C) other than ignore_index.
 Tensor cross_entropy(const Tensor& logits, const Tensor& targets, int64_t ignore_index = -100);
+/// cross_entropy(input @ weight^T, targets, ignore_index) without materialising the [N, V]
+/// logits: input [N, H], weight [V, H] (same floating dtype; bf16/f16 computed in f32), targets
+/// [N] int64/int32 -> mean loss (0-d, input dtype; 0 when every target is ignored). Chunks of
+/// `chunk_size` rows (0: automatic, ~128 MiB of f32 logits per chunk); gradients for input /
+/// weight are formed chunk by chunk in the forward when needed (backward scales them). DTensor
+/// operands take the ops' rules (weight Shard(0): loss parallel, logits never gathered). Errors:
+/// shapes or dtypes that disagree, a target outside [0, V) other than ignore_index, chunk_size < 0.
+/// Source: Liger kernel's fused linear cross-entropy (ops/nn_linear_cross_entropy.cpp).
+Tensor linear_cross_entropy(const Tensor& input, const Tensor& weight, const Tensor& targets,
+                            int64_t ignore_index = -100, int64_t chunk_size = 0);
 /// Inverted dropout with a Philox mask addressed by (seed, offset + element index).
 Tensor dropout(const Tensor& x, double p, bool training);
 Tensor cat(const std::vector<Tensor>& xs, int64_t dim);
