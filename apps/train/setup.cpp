@@ -352,7 +352,7 @@ std::shared_ptr<LlamaForCausalLM> build_model(const Recipe& r, const Plan& p) {
   // Meta initialisation (tensor/meta.h): shapes only here; parallelize_model then gives each rank
   // its local shards, drawn from the same Philox stream or read from the file's byte ranges.
   // MoE HF checkpoints (experts stored one by one) still load eagerly (meta_load.h).
-  const bool meta = r.model.random() || meta_loadable(p.config);
+  const bool meta = r.model.random() || meta_loadable(p.config, r.model.path);
   std::shared_ptr<LlamaForCausalLM> model;
   if (r.model.random()) {
     MetaInitGuard g;

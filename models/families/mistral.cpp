@@ -24,7 +24,9 @@ ModelFamily mistral_family() {
   f.gguf_architecture = "llama";
   f.gguf_permute_qk = true;
   f.gguf_layer_names = llama_gguf_layer_names();
-  f.gguf_matches = [](const gguf::GGUFFile& g, const std::string& p) { return g.has(p + "attention.sliding_window"); };
+  f.gguf_matches = [](const gguf::GGUFFile& g, const std::string& p) {
+    return g.has(p + "attention.sliding_window") && g.get_int(p + "expert_count", 0) == 0;  // experts: Mixtral
+  };
   f.read_json = [](const nlohmann::json&, ModelConfig& c, const std::string& src) {
     DTR_CHECK(!c.attention_bias && !c.mlp_bias, src, ": Mistral has no attention_bias / mlp_bias");
     set_layers(c);

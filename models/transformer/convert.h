@@ -30,7 +30,9 @@ GGUFOutType parse_gguf_outtype(const std::string& s);
 ///  - tensors: model.safetensors or the sharded index, under llama.cpp names (hf_to_gguf_name),
 ///    q_proj / k_proj rows permuted back to llama.cpp's order (permute_qk), 2-D weights as
 ///    `outtype` (converted through f32: exact when the file already has that type), 1-D tensors
-///    (norms, biases) F32. Nothing is quantised; lm_head.weight is left out when tied.
+///    (norms, biases) and the MoE router F32; MoE experts as llama.cpp's 3-d *_exps tensors
+///    (gate_up_proj split into ffn_gate_exps / ffn_up_exps). Nothing is quantised; lm_head.weight
+///    is left out when tied.
 /// Errors (dtr::Error naming the directory, file and tensor): missing config.json / tokenizer.json,
 /// a tensor that is not a Llama weight or whose shape disagrees with the config, a missing weight.
 void convert_hf_to_gguf(const std::string& hf_dir, const std::string& out_path,

@@ -13,10 +13,15 @@
 
 namespace dtr {
 
-/// GGUF tensor-name suffix after "blk.N." <-> HF suffix after "model.layers.N.".
+/// GGUF tensor-name suffix after "blk.N." <-> HF suffix after "model.layers.N.". An HF tensor
+/// may be several GGUF tensors joined along its second-to-last dim (`parts` equal slices, this
+/// one slice `part`): Qwen3-MoE's mlp.experts.gate_up_proj [E, 2I, H] is llama.cpp's
+/// ffn_gate_exps [E, I, H] (part 0) then ffn_up_exps (part 1).
 struct GGUFLayerName {
   std::string gguf;
   std::string hf;
+  int part = 0;
+  int parts = 1;
 };
 
 struct ModelFamily {

@@ -1,6 +1,7 @@
 #include "models/transformer/gguf_names.h"
 
 #include "models/formats/qk_permute.h"
+#include "tensor/ops.h"
 #include "models/transformer/family.h"
 #include "tensor/error.h"
 
@@ -36,24 +37,43 @@ bool ends(const std::string& s, const std::string& suf) {
 
 }  // namespace
 
-std::string gguf_to_hf_name(const std::string& g, const std::string& model_type) {
+GGUFPart gguf_part(const std::string& g, const std::string& model_type) {
   for (const auto& e : kGlobalNames)
-    if (g == e.gguf) return e.hf;
+    if (g == e.gguf) return {e.hf};
   std::string n, rest;
-  if (!split_layer(g, "blk.", n, rest)) return "";
+  if (!split_layer(g, "blk.", n, rest)) return {};
   for (const auto& e : model_family(model_type).gguf_layer_names)
-    if (rest == e.gguf) return "model.layers." + n + "." + e.hf;
-  return "";
+    if (rest == e.gguf) return {"model.layers." + n + "." + e.hf, e.part, e.parts};
+  return {};
+}
+
+std::string gguf_to_hf_name(const std::string& g, const std::string& model_type) {
+  return gguf_part(g, model_type).hf;
+}
+
+std::vector<std::string> hf_to_gguf_names(const std::string& h, const std::string& model_type) {
+  for (const auto& e : kGlobalNames)
+    if (h == e.hf) return {e.gguf};
+  std::string n, rest;
+  if (!split_layer(h, "model.layers.", n, rest)) return {};
+  std::vector<std::string> out;
+  for (const auto& e : model_family(model_type).gguf_layer_names)
+    if (rest == e.hf) {
+      if (out.size() < static_cast<size_t>(e.parts)) out.resize(static_cast<size_t>(e.parts));
+      out[static_cast<size_t>(e.part)] = "blk." + n + "." + e.gguf;
+    }
+  return out;
 }
 
 std::string hf_to_gguf_name(const std::string& h, const std::string& model_type) {
-  for (const auto& e : kGlobalNames)
-    if (h == e.hf) return e.gguf;
-  std::string n, rest;
-  if (!split_layer(h, "model.layers.", n, rest)) return "";
-  for (const auto& e : model_family(model_type).gguf_layer_names)
-    if (rest == e.hf) return "blk." + n + "." + e.gguf;
-  return "";
+  const auto v = hf_to_gguf_names(h, model_type);
+  return v.empty() ? "" : v[0];
+}
+
+Shape gguf_part_shape(const Shape& hf_shape, int parts) {
+  Shape s = hf_shape;
+  if (parts > 1 && s.size() >= 2) s[s.size() - 2] /= parts;
+  return s;
 }
 
 int64_t qk_permute_heads(const std::string& hf_name, const ModelConfig& c) {
@@ -81,9 +101,13 @@ std::vector<std::string> required_tensor_names(const ModelConfig& c) {
       out.push_back(p + "self_attn.q_norm.weight");
       out.push_back(p + "self_attn.k_norm.weight");
     }
-    for (const char* s : {"mlp.gate_proj", "mlp.up_proj", "mlp.down_proj"}) {
-      out.push_back(p + s + ".weight");
-      if (c.mlp_bias) out.push_back(p + s + ".bias");
+    if (c.is_moe_layer(l)) {
+      for (const char* s : {"mlp.gate.weight", "mlp.experts.gate_up_proj", "mlp.experts.down_proj"}) out.push_back(p + s);
+    } else {
+      for (const char* s : {"mlp.gate_proj", "mlp.up_proj", "mlp.down_proj"}) {
+        out.push_back(p + s + ".weight");
+        if (c.mlp_bias) out.push_back(p + s + ".bias");
+      }
     }
     out.push_back(p + "input_layernorm.weight");
     out.push_back(p + "post_attention_layernorm.weight");
@@ -108,6 +132,14 @@ Shape expected_shape(const std::string& h, const ModelConfig& c) {
   if (ends(h, "q_proj.bias")) return {q};
   if (ends(h, "k_proj.bias") || ends(h, "v_proj.bias")) return {kv};
   if (ends(h, "o_proj.bias")) return {H};
+  const int64_t E = c.num_experts, mI = c.moe_intermediate_size;
+  if (ends(h, "mlp.gate.weight")) return {E, H};  // the MoE router
+  if (ends(h, "mlp.experts.gate_up_proj")) return {E, 2 * mI, H};
+  if (ends(h, "mlp.experts.down_proj")) return {E, H, mI};
+  if (h.find(".experts.") != std::string::npos) {  // an HF checkpoint's expert E (Qwen3-MoE names)
+    if (ends(h, "gate_proj.weight") || ends(h, "up_proj.weight")) return {mI, H};
+    if (ends(h, "down_proj.weight")) return {H, mI};
+  }
   if (ends(h, "gate_proj.weight") || ends(h, "up_proj.weight")) return {c.intermediate_size, H};
   if (ends(h, "down_proj.weight")) return {H, c.intermediate_size};
   if (ends(h, "gate_proj.bias") || ends(h, "up_proj.bias")) return {c.intermediate_size};
@@ -115,25 +147,56 @@ Shape expected_shape(const std::string& h, const ModelConfig& c) {
   return {};
 }
 
+std::set<std::string> check_gguf_tensors(const gguf::GGUFFile& g, const ModelConfig& c) {
+  const std::string arch = model_family(c.model_type).gguf_architecture;
+  auto need = [&](const std::string& hf, const GGUFPart& pt) {
+    std::string s = detail::cat(gguf_part_shape(expected_shape(hf, c), pt.parts));
+    if (hf.find(".mlp.experts.") != std::string::npos || ends(hf, "mlp.gate.weight"))
+      s += " (" + arch + ".expert_count = " + std::to_string(c.num_experts) + ", " + arch +
+           ".expert_feed_forward_length = " + std::to_string(c.moe_intermediate_size) + ")";
+    return s;
+  };
+  auto which = [](const std::string& hf, const GGUFPart& pt) {
+    return pt.parts > 1 ? hf + ", part " + std::to_string(pt.part + 1) + " of " + std::to_string(pt.parts) : hf;
+  };
+  std::set<std::string> have;
+  for (const auto& ti : g.tensors()) {
+    const GGUFPart pt = gguf_part(ti.name, c.model_type);
+    if (pt.hf.empty()) continue;
+    const Shape want = gguf_part_shape(expected_shape(pt.hf, c), pt.parts);
+    DTR_CHECK(ti.shape() == want, g.path(), ": tensor '", ti.name, "' (", which(pt.hf, pt), ") has shape ", ti.shape(),
+              " but the config needs ", need(pt.hf, pt));
+    have.insert(pt.hf);
+  }
+  std::set<std::string> check = have;
+  for (const auto& name : required_tensor_names(c)) check.insert(name);
+  for (const auto& hf : check) {
+    const auto names = hf_to_gguf_names(hf, c.model_type);
+    for (size_t k = 0; k < names.size(); ++k) {
+      const GGUFPart pt{hf, static_cast<int>(k), static_cast<int>(names.size())};
+      DTR_CHECK(g.has_tensor(names[k]), g.path(), ": missing tensor '", names[k], "' (", which(hf, pt),
+                "), expected shape ", need(hf, pt));
+    }
+  }
+  return have;
+}
+
 safetensors::TensorMap load_gguf_state_dict(const gguf::GGUFFile& g, const ModelConfig& c) {
   safetensors::TensorMap out;
-  for (const auto& ti : g.tensors()) {
-    const std::string hf = gguf_to_hf_name(ti.name, c.model_type);
-    if (hf.empty()) continue;
-    const Shape shape = ti.shape();
-    const Shape want = expected_shape(hf, c);
-    DTR_CHECK(shape == want, g.path(), ": tensor '", ti.name, "' (", hf, ") has shape ", shape, " but the config needs ",
-              want);
-    std::vector<float> v = g.dequantize(ti.name);
-    if (const int64_t heads = qk_permute_heads(hf, c)) {
-      v = unpermute_qk(v, shape[0], shape.size() > 1 ? shape[1] : 1, heads);
+  for (const auto& hf : check_gguf_tensors(g, c)) {
+    std::vector<Tensor> parts;
+    for (const auto& name : hf_to_gguf_names(hf, c.model_type)) {
+      const Shape shape = g.tensor_info(name).shape();
+      std::vector<float> v = g.dequantize(name);
+      if (const int64_t heads = qk_permute_heads(hf, c)) {
+        v = unpermute_qk(v, shape[0], shape.size() > 1 ? shape[1] : 1, heads);
+      }
+      if (const double shift = gguf_value_shift(hf, c); shift != 0)
+        for (float& x : v) x -= static_cast<float>(shift);
+      parts.push_back(from_vector(v, shape));
     }
-    if (const double shift = gguf_value_shift(hf, c); shift != 0)
-      for (float& x : v) x -= static_cast<float>(shift);
-    out[hf] = from_vector(v, shape);
+    out[hf] = parts.size() == 1 ? parts[0] : cat(parts, parts[0].dim() - 2);
   }
-  for (const auto& name : required_tensor_names(c))
-    DTR_CHECK(out.count(name), g.path(), ": missing tensor '", hf_to_gguf_name(name, c.model_type), "' (", name, ")");
   return out;
 }
 

@@ -1,6 +1,7 @@
 // dtr-convert hf-to-gguf: Hugging Face model directory -> GGUF (see convert.h).
 #include <algorithm>
 #include <filesystem>
+#include <map>
 #include <nlohmann/json.hpp>
 
 #include "models/formats/gguf_writer.h"
@@ -92,30 +93,40 @@ std::pair<int64_t, std::string> tensor_order(const std::string& gguf_name) {
 
 void add_gguf_model_tensors(gguf::GGUFWriter& w, const ModelConfig& c, safetensors::TensorMap sd, GGUFOutType outtype,
                             const std::string& hf_dir) {
-  std::vector<std::tuple<std::pair<int64_t, std::string>, std::string>> order;  // (key, hf name)
+  // (key, hf name, part): a joined HF tensor (experts' gate_up_proj) is written as its parts.
+  std::vector<std::tuple<std::pair<int64_t, std::string>, std::string, int64_t>> order;
+  std::map<std::string, int64_t> parts_left;
   for (const auto& [hf, t] : sd) {
     if (hf.ends_with("rotary_emb.inv_freq")) continue;
     if (hf == "lm_head.weight" && c.tie_word_embeddings) continue;  // tied: token_embd only
-    const std::string g = hf_to_gguf_name(hf, c.model_type);
-    DTR_CHECK(!g.empty(), hf_dir, ": tensor '", hf, "' is not a ", c.model_type, " weight (no GGUF name)");
+    const auto names = hf_to_gguf_names(hf, c.model_type);
+    DTR_CHECK(!names.empty(), hf_dir, ": tensor '", hf, "' is not a ", c.model_type, " weight (no GGUF name)");
     const Shape want = expected_shape(hf, c);
     DTR_CHECK(t.sizes() == want, hf_dir, ": tensor '", hf, "' has shape ", t.sizes(), " but config.json needs ", want);
-    order.emplace_back(tensor_order(g), hf);
+    for (size_t k = 0; k < names.size(); ++k) order.emplace_back(tensor_order(names[k]), hf, static_cast<int64_t>(k));
+    parts_left[hf] = static_cast<int64_t>(names.size());
   }
   for (const auto& hf : required_tensor_names(c)) DTR_CHECK(sd.count(hf), hf_dir, ": missing tensor '", hf, "'");
 
   std::sort(order.begin(), order.end());
-  for (const auto& [key, hf] : order) {
-    const Tensor& t = sd.at(hf);
+  for (const auto& [key, hf, part] : order) {
+    Tensor t = sd.at(hf);
+    const int64_t nparts = static_cast<int64_t>(hf_to_gguf_names(hf, c.model_type).size());
+    if (nparts > 1) {  // slice `part` of the second-to-last dim
+      const int64_t d = t.dim() - 2, n = t.sizes()[static_cast<size_t>(d)] / nparts;
+      t = t.narrow(d, part * n, n);
+    }
     const Shape shape = t.sizes();
     std::vector<float> v = t.to(DType::f32).contiguous().to_vector<float>();
     if (const int64_t heads = qk_permute_heads(hf, c)) v = permute_qk(v, shape[0], shape.size() > 1 ? shape[1] : 1, heads);
     if (const double shift = gguf_value_shift(hf, c); shift != 0)  // Gemma: llama.cpp stores 1 + norm weight
       for (float& x : v) x += static_cast<float>(shift);
-    // llama.cpp keeps 1-D tensors (norms, biases) in F32 whatever the output type.
-    const gguf::GGMLType type = shape.size() <= 1 ? gguf::GGMLType::F32 : ggml_type(outtype);
+    // llama.cpp keeps 1-D tensors (norms, biases) and the MoE router (ffn_gate_inp) in F32
+    // whatever the output type.
+    const bool f32 = shape.size() <= 1 || key.second.ends_with("ffn_gate_inp.weight");
+    const gguf::GGMLType type = f32 ? gguf::GGMLType::F32 : ggml_type(outtype);
     w.add_f32_tensor(key.second, shape, v, type);
-    sd.erase(hf);  // release the map view / copy early
+    if (--parts_left[hf] == 0) sd.erase(hf);  // release the map view / copy early
   }
 }
 

@@ -68,67 +68,86 @@ class SafetensorsBlock final : public InitSource {
   std::string name_;
 };
 
-/// A GGUF tensor (HF order): per HF row of the block, its GGUF row (llama.cpp's Q/K permutation)
-/// and only the quantisation blocks covering the block's columns are dequantised; then the
-/// family's norm shift is taken off, in f32 as load_gguf_state_dict does.
+/// A GGUF tensor (HF order): per HF row of the block, its GGUF row (llama.cpp's Q/K permutation;
+/// of a joined tensor, the row of the part holding it) and only the quantisation blocks covering
+/// the block's columns are dequantised; then the family's norm shift is taken off, in f32 as
+/// load_gguf_state_dict does. 1-d, 2-d and 3-d (experts [E, rows, cols]) tensors.
 class GGUFBlock final : public InitSource {
  public:
-  GGUFBlock(std::shared_ptr<const gguf::GGUFFile> g, std::string name, int64_t permute_heads, double shift)
-      : g_(std::move(g)), name_(std::move(name)), heads_(permute_heads), shift_(shift) {}
+  /// `names`: the GGUF tensors of the HF tensor, joined along its second-to-last dim.
+  GGUFBlock(std::shared_ptr<const gguf::GGUFFile> g, std::vector<std::string> names, int64_t permute_heads, double shift)
+      : g_(std::move(g)), names_(std::move(names)), heads_(permute_heads), shift_(shift) {}
 
   void fill(const Shape& global, const Shape& offset, Tensor& out) const override {
-    const auto& ti = g_->tensor_info(name_);
-    DTR_CHECK(ti.shape() == global, g_->path(), ": tensor '", name_, "' has shape ", ti.shape(), ", the model needs ",
-              global);
-    DTR_CHECK(global.size() <= 2, g_->path(), ": tensor '", name_, "' has ", global.size(),
-              " dims; sharded GGUF reads handle 1-d and 2-d tensors");
-    const std::string ctx = g_->path() + ": tensor '" + name_ + "'";
-    const gguf::TypeTraits& tt = gguf::type_traits(ti.type, ctx);
-    const std::string_view raw = g_->raw(name_);
-    const auto* base = reinterpret_cast<const uint8_t*>(raw.data());
+    const int64_t nparts = static_cast<int64_t>(names_.size());
+    const Shape part_shape = gguf_part_shape(global, static_cast<int>(nparts));
+    struct Part {
+      const gguf::TypeTraits* tt;
+      const uint8_t* base;
+      std::string_view raw;
+    };
+    std::vector<Part> parts;
+    for (const auto& name : names_) {
+      const auto& ti = g_->tensor_info(name);
+      DTR_CHECK(ti.shape() == part_shape, g_->path(), ": tensor '", name, "' has shape ", ti.shape(),
+                ", the model needs ", part_shape);
+      const std::string ctx = g_->path() + ": tensor '" + name + "'";
+      const std::string_view raw = g_->raw(name);
+      parts.push_back({&gguf::type_traits(ti.type, ctx), reinterpret_cast<const uint8_t*>(raw.data()), raw});
+    }
+    const std::string ctx = g_->path() + ": tensor '" + names_[0] + "'";
+    DTR_CHECK(!global.empty() && global.size() <= 3, ctx, ": has ", global.size(),
+              " dims; sharded GGUF reads handle 1-d, 2-d and 3-d tensors");
+    const int64_t nd = static_cast<int64_t>(global.size());
+    const Shape& sz = out.sizes();
     // A 1-d tensor is one row of values, except under the Q/K permutation (a bias), where each
     // value is its own row of 1 (unpermute_qk treats a bias as [rows, 1]).
-    const bool one_d = global.size() == 1;
-    const int64_t rows = one_d ? (heads_ ? global[0] : 1) : global[0];
-    const int64_t cols = one_d ? (heads_ ? 1 : global[0]) : global[1];
-    const int64_t r0 = one_d ? (heads_ ? offset[0] : 0) : offset[0];
-    const int64_t nr = one_d ? (heads_ ? out.sizes()[0] : 1) : out.sizes()[0];
-    const int64_t c0 = one_d ? (heads_ ? 0 : offset[0]) : offset[1];
-    const int64_t nc = one_d ? (heads_ ? 1 : out.sizes()[0]) : out.sizes()[1];
-    // Row bytes of the packed tensor (GGUF ne[0] = values per row).
-    const int64_t row_values = one_d ? global[0] : global[1];
-    const int64_t row_b = gguf::row_bytes(tt, row_values, ctx);
-    const int64_t bs = tt.block_size;
+    const bool one_d = nd == 1;
+    const int64_t nc = one_d ? (heads_ ? 1 : sz[0]) : sz[nd - 1];
+    const int64_t c0 = one_d ? (heads_ ? 0 : offset[0]) : offset[nd - 1];
+    // HF rows of the block: the leading dims flattened (3-d: expert e, row r of the expert).
+    const int64_t n_outer = nd == 3 ? sz[0] : 1;
+    const int64_t nr = one_d ? (heads_ ? sz[0] : 1) : sz[nd - 2];
+    const int64_t r_off = one_d ? (heads_ ? offset[0] : 0) : offset[nd - 2];
+    const int64_t rows = one_d ? (heads_ ? global[0] : 1) : global[nd - 2];  // HF rows per expert
+    const int64_t part_rows = rows / nparts;
+    const int64_t row_values = one_d ? global[0] : global[nd - 1];  // GGUF ne[0]
     if (heads_) DTR_CHECK(rows % (2 * heads_) == 0, ctx, ": ", rows, " rows are not divisible by 2 x ", heads_, " heads");
     const int64_t d = heads_ ? rows / heads_ : 1;
-    Tensor tmp = empty(out.sizes(), TensorOptions(DType::f32));
+    Tensor tmp = empty(sz, TensorOptions(DType::f32));
     float* dst = tmp.data<float>();
     std::vector<float> scratch;
-    for (int64_t i = 0; i < nr; ++i) {
-      int64_t r = r0 + i;
-      if (heads_) {  // hf_row[h*d + j*(d/2) + k] = gguf_row[h*d + 2*k + j]
-        const int64_t h = r / d, w = r % d, j = w / (d / 2), k = w % (d / 2);
-        r = h * d + 2 * k + j;
+    for (int64_t o = 0; o < n_outer; ++o) {
+      const int64_t e = nd == 3 ? offset[0] + o : 0;
+      for (int64_t i = 0; i < nr; ++i) {
+        int64_t r = r_off + i;
+        if (heads_) {  // hf_row[h*d + j*(d/2) + k] = gguf_row[h*d + 2*k + j]
+          const int64_t h = r / d, w = r % d, j = w / (d / 2), k = w % (d / 2);
+          r = h * d + 2 * k + j;
+        }
+        const Part& pt = parts[static_cast<size_t>(r / part_rows)];
+        const int64_t row = e * part_rows + r % part_rows;  // row of the part's [E * rows, cols]
+        const int64_t row_b = gguf::row_bytes(*pt.tt, row_values, ctx);
+        const int64_t bs = pt.tt->block_size;
+        // GGUF position of (row, column c0): a 1-d permuted tensor is a row of values.
+        const int64_t first = one_d && heads_ ? r : c0;
+        const int64_t row_start = one_d ? 0 : row * row_b;
+        const int64_t b0 = first / bs, b1 = (first + nc + bs - 1) / bs;
+        scratch.resize(static_cast<size_t>((b1 - b0) * bs));
+        pt.tt->dequantize(pt.base + row_start + b0 * pt.tt->type_size, scratch.data(), (b1 - b0) * bs);
+        std::memcpy(dst + (o * nr + i) * nc, scratch.data() + (first - b0 * bs), static_cast<size_t>(nc) * sizeof(float));
       }
-      // GGUF position of (row r, column c0): a 1-d permuted tensor is a row of values.
-      const int64_t first = one_d && heads_ ? r : c0;
-      const int64_t row_start = one_d ? 0 : r * row_b;
-      const int64_t b0 = first / bs, b1 = (first + nc + bs - 1) / bs;
-      scratch.resize(static_cast<size_t>((b1 - b0) * bs));
-      tt.dequantize(base + row_start + b0 * tt.type_size, scratch.data(), (b1 - b0) * bs);
-      std::memcpy(dst + i * nc, scratch.data() + (first - b0 * bs), static_cast<size_t>(nc) * sizeof(float));
     }
-    (void)cols;
     if (shift_ != 0)
       for (int64_t i = 0; i < tmp.numel(); ++i) dst[i] -= static_cast<float>(shift_);
     out.copy_(tmp);
-    release_mapped_range(raw.data(), raw.size());
+    for (const Part& pt : parts) release_mapped_range(pt.raw.data(), pt.raw.size());
   }
-  std::string str() const override { return g_->path() + ": " + name_; }
+  std::string str() const override { return g_->path() + ": " + names_[0]; }
 
  private:
   std::shared_ptr<const gguf::GGUFFile> g_;
-  std::string name_;
+  std::vector<std::string> names_;
   int64_t heads_;
   double shift_;
 };
@@ -173,20 +192,10 @@ std::shared_ptr<CausalLM> load_gguf_meta(const std::string& path, DType dtype) {
   auto g = std::make_shared<const gguf::GGUFFile>(gguf::GGUFFile::open(path));
   const ModelConfig c = model_config_from_gguf(*g);
   auto m = build_meta(c, dtype);
-  std::set<std::string> have;
-  for (const auto& ti : g->tensors()) {
-    const std::string hf = gguf_to_hf_name(ti.name, c.model_type);
-    if (hf.empty()) continue;
-    const Shape want = expected_shape(hf, c);
-    DTR_CHECK(ti.shape() == want, path, ": tensor '", ti.name, "' (", hf, ") has shape ", ti.shape(),
-              " but the config needs ", want);
-    have.insert(hf);
-  }
-  for (const auto& name : required_tensor_names(c))
-    DTR_CHECK(have.count(name), path, ": missing tensor '", hf_to_gguf_name(name, c.model_type), "' (", name, ")");
+  const std::set<std::string> have = check_gguf_tensors(*g, c);
   check_keys(*m, have, path);
   attach(*m, path, [&](const std::string& fqn, const Tensor&) -> std::shared_ptr<const InitSource> {
-    return std::make_shared<GGUFBlock>(g, hf_to_gguf_name(fqn, c.model_type), qk_permute_heads(fqn, c),
+    return std::make_shared<GGUFBlock>(g, hf_to_gguf_names(fqn, c.model_type), qk_permute_heads(fqn, c),
                                        gguf_value_shift(fqn, c));
   });
   return m;
@@ -216,7 +225,7 @@ std::shared_ptr<CausalLM> load_hf_meta(const std::string& path, DType dtype) {
 
 }  // namespace
 
-bool meta_loadable(const ModelConfig& c) { return c.num_experts == 0; }
+bool meta_loadable(const ModelConfig& c, const std::string& path) { return c.num_experts == 0 || path.ends_with(".gguf"); }
 
 std::shared_ptr<CausalLM> load_model_meta(const std::string& path, DType dtype) {
   if (path.ends_with(".gguf")) return load_gguf_meta(path, dtype);

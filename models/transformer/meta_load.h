@@ -5,7 +5,8 @@
 //  - safetensors (one file or a sharded checkpoint with its index): the byte ranges of the block,
 //    straight from the memory map, converted to the model dtype;
 //  - GGUF: only the quantisation blocks covering the block's rows and columns, dequantised on
-//    the fly, with llama.cpp's Q/K row permutation undone row by row and its norm shift removed.
+//    the fly, with llama.cpp's Q/K row permutation undone row by row and its norm shift removed;
+//    MoE experts too (3-d [E, rows, cols]; gate_up_proj's rows from ffn_gate_exps / ffn_up_exps).
 // The values equal load_model's (load.h) bit for bit. Pages read are dropped from the process's
 // map afterwards (release_mapped_range), so the file does not stay in the rank's RSS.
 // Source: PyTorch meta-device init; safetensors' safe_open(...).get_slice; llama.cpp's block layout.
@@ -19,11 +20,12 @@ namespace dtr {
 /// The model of `path` (GGUF file or HF directory / index / .safetensors) on meta tensors whose
 /// recipes read the file. Checks as load_model: every model key present (lm_head.weight may be
 /// absent when tied), no unexpected key (rotary_emb.inv_freq ignored), shapes equal.
-/// Errors: dtr::Error naming the file and the keys at fault; MoE checkpoints that store experts
-/// one by one (they need grouping on load: use load_model).
+/// Errors: dtr::Error naming the file and the keys at fault; MoE HF checkpoints that store
+/// experts one by one (they need grouping on load: use load_model).
 std::shared_ptr<CausalLM> load_model_meta(const std::string& path, DType dtype = DType::f32);
 
-/// Whether load_model_meta can read `c`'s checkpoints (no MoE layer).
-bool meta_loadable(const ModelConfig& c);
+/// Whether load_model_meta can read `c`'s checkpoint at `path`: GGUF always (MoE experts are
+/// grouped 3-d tensors there), HF directories when `c` has no MoE layer.
+bool meta_loadable(const ModelConfig& c, const std::string& path = "");
 
 }  // namespace dtr

@@ -100,6 +100,37 @@ std::string scratch_dir(const std::string& name) {
 
 void barrier() { DeviceMesh::world("meta_init_barrier").group(0)->barrier()->wait(); }
 
+/// Four blocks of every parameter of the meta-loaded GGUF `path` (a middle one with odd bounds,
+/// the first rows, the last columns, a short one around the middle) equal load_gguf_state_dict.
+void check_gguf_blocks(const std::string& path) {
+  const auto g = gguf::GGUFFile::open(path);
+  const ModelConfig c = model_config_from_gguf(g);
+  const auto ref = load_gguf_state_dict(g, c);
+  auto m = load_model_meta(path);
+  int64_t n = 0;
+  for (const auto& [fqn, p] : m->named_parameters()) {
+    INFO(fqn);
+    const Tensor& want = ref.at(fqn);
+    const Shape& s = p.sizes();
+    for (int k = 0; k < 4; ++k) {
+      Shape off(s.size()), len(s.size());
+      for (size_t d = 0; d < s.size(); ++d) {
+        const int64_t a = k == 0 ? s[d] / 3 + 5 : k == 1 ? 0 : k == 2 ? s[d] / 2 + 7 : s[d] / 2 - 3;
+        off[d] = std::max<int64_t>(0, std::min(a, s[d] - 1));
+        len[d] = std::max<int64_t>(1, std::min<int64_t>(s[d] - off[d], k == 1 ? 3 : k == 3 ? 6 : s[d] / 4 + 1));
+      }
+      Tensor out = empty(len, TensorOptions(DType::f32));
+      fill_from_meta(p, off, out);
+      Tensor exp = want;
+      for (size_t d = 0; d < s.size(); ++d) exp = exp.narrow(static_cast<int64_t>(d), off[d], len[d]);
+      CHECK(testing::max_abs_diff(out, exp) == 0.0);
+      ++n;
+    }
+  }
+  CHECK(n == 4 * static_cast<int64_t>(m->named_parameters().size()));
+}
+
+
 }  // namespace
 
 TEST_CASE("meta-built random models (+ LoRA) equal the eager build on every mesh", "[meta]") {
@@ -182,6 +213,34 @@ TEST_CASE("sharded safetensors and GGUF read by byte ranges equal load_model on 
   }
   barrier();
   if (rank() == 0) fs::remove_all(dir);
+}
+
+TEST_CASE("a qwen3moe GGUF (3-d expert tensors, quantised) read by blocks equals load_model under EP / FSDP / TP",
+          "[meta][load][moe]") {
+  // tests/golden/qwen3_moe_gguf: 4 experts, layer 0's Q8_0 / Q4_0: each rank reads its experts
+  // (ep), its FSDP rows (uneven over 3 ranks) and its TP rows of the quantised blocks.
+  const std::string src = "tests/golden/qwen3_moe_gguf/qwen3_moe_debug.gguf";
+  struct M {
+    int64_t dp, tp, ep;
+  };
+  const int64_t w = world_size();
+  std::vector<M> ms{{w, 1, 1}};
+  if (w == 2) ms.insert(ms.end(), {{2, 1, 2}, {1, 2, 1}});
+  if (w == 4) ms.insert(ms.end(), {{4, 1, 2}, {4, 1, 4}, {2, 2, 2}});
+  auto ref = load_model(src);
+  for (const M& mm : ms) {
+    MeshContext ctx;
+    ctx.world_size = w;
+    ctx.dp_size = mm.dp;
+    ctx.tp_size = mm.tp;
+    ctx.ep_size = mm.ep;
+    ctx.validate("test");
+    ctx.build_mesh();
+    auto m = load_model_meta(src);
+    CHECK(has_meta_tensors(*m));
+    parallelize_model(*m, ctx);
+    check_equal(*m, *ref, "dp " + std::to_string(mm.dp) + " tp " + std::to_string(mm.tp) + " ep " + std::to_string(mm.ep));
+  }
 }
 
 TEST_CASE("meta loading checks keys and shapes as load_model does", "[meta][load]") {
@@ -276,32 +335,14 @@ TEST_CASE("GGUF blocks of the real quantised SmolLM2 equal the eager dequantisat
     WARN("SKIP: " << path << " missing (scripts/fetch-model.sh)");
     return;
   }
-  const auto g = gguf::GGUFFile::open(path);
-  const ModelConfig c = model_config_from_gguf(g);
-  const auto ref = load_gguf_state_dict(g, c);
-  auto m = load_model_meta(path);
-  int64_t n = 0;
-  for (const auto& [fqn, p] : m->named_parameters()) {
-    INFO(fqn);
-    const Tensor& want = ref.at(fqn);
-    const Shape& s = p.sizes();
-    // Three blocks per tensor: a middle one with odd bounds, the first rows, the last columns.
-    for (int k = 0; k < 3; ++k) {
-      Shape off(s.size()), len(s.size());
-      for (size_t d = 0; d < s.size(); ++d) {
-        const int64_t a = k == 0 ? s[d] / 3 + 5 : k == 1 ? 0 : s[d] / 2 + 7;
-        off[d] = std::min(a, s[d] - 1);
-        len[d] = std::max<int64_t>(1, std::min<int64_t>(s[d] - off[d], k == 1 ? 3 : s[d] / 4 + 1));
-      }
-      Tensor out = empty(len, TensorOptions(DType::f32));
-      fill_from_meta(p, off, out);
-      Tensor exp = want;
-      for (size_t d = 0; d < s.size(); ++d) exp = exp.narrow(static_cast<int64_t>(d), off[d], len[d]);
-      CHECK(testing::max_abs_diff(out, exp) == 0.0);
-      ++n;
-    }
-  }
-  CHECK(n == 3 * static_cast<int64_t>(m->named_parameters().size()));
+  check_gguf_blocks(path);
+}
+
+TEST_CASE("GGUF blocks of a quantised qwen3moe (3-d experts) equal the eager dequantisation", "[meta][gguf][moe]") {
+  // Expert blocks: single experts and expert ranges, rows across gate_up_proj's gate / up
+  // boundary (ffn_gate_exps / ffn_up_exps), columns inside Q8_0 / Q4_0 blocks.
+  if (world_size() != 1) return;
+  check_gguf_blocks("tests/golden/qwen3_moe_gguf/qwen3_moe_debug.gguf");
 }
 
 TEST_CASE("dry-run plan: FSDP bytes per step equal the process-group counters of a real step", "[meta][memory_plan]") {
