@@ -6,11 +6,12 @@
 #include <fstream>
 #include <map>
 
+#include "apps/train/checkpoint_legacy.h"
 #include "apps/train/health.h"
 #include "dtensor/spec.h"
+#include "models/formats/dcp_filesystem.h"
 #include "parallel/checkpoint/reshard.h"
-#include "models/formats/mapped_file.h"
-#include "models/formats/safetensors.h"
+#include "parallel/checkpoint/state_dict.h"
 #include "tensor/autograd/grad_mode.h"
 #include "tensor/error.h"
 #include "tensor/ops.h"
@@ -20,26 +21,20 @@ namespace fs = std::filesystem;
 namespace dtr::train {
 namespace {
 
-struct LocalBlock {
-  Tensor local;  // this rank's block (plain tensor, shares the parameter's storage)
-  Shape offset;
-  Shape global_shape;
-  std::string placements = "[]";
-  Shape mesh_shape;
-};
+/// `local` (this rank's block of parameter `p`, e.g. its AdamW state) as a tensor of p's
+/// global layout: a DTensor with p's spec (and local's dtype) when p is one, else itself.
+Tensor like_param(const Tensor& local, const Tensor& p) {
+  if (!p.is_distributed()) return local;
+  DTensorSpec spec = dtensor_spec(p, "checkpoint");
+  spec.dtype = local.dtype();
+  return make_dtensor(local, spec);
+}
 
-/// local_block plus the layout metadata.json records.
-LocalBlock param_block(const Tensor& p) {
-  LocalBlock b;
-  TensorBlock tb = dtr::local_block(p, &b.global_shape);
-  b.local = tb.tensor;
-  b.offset = tb.offset;
-  if (p.is_distributed()) {
-    const DTensorSpec& s = dtensor_spec(p, "checkpoint");
-    b.placements = placements_str(s.placements);
-    b.mesh_shape = s.mesh.shape();
-  }
-  return b;
+/// The reader of checkpoint `dir`: the distributed checkpoint's file-system layout, or the
+/// layout dtr-train wrote before it (checkpoint_legacy.h).
+std::unique_ptr<dcp::StorageReader> open_reader(const std::string& dir) {
+  if (is_legacy_checkpoint(dcp::read_metadata_json(dir))) return std::make_unique<LegacyCheckpointReader>(dir);
+  return std::make_unique<dcp::FileSystemReader>(dir);
 }
 
 int64_t step_of(const std::string& name) {
@@ -82,86 +77,40 @@ void save_checkpoint(const std::string& root, int64_t step, const NamedParams& p
   // parameter, the largest over the ranks, names it on every rank.
   int64_t bad = 0;
   for (size_t i = 0; i < params.size() && bad == 0; ++i)
-    if (!all_finite(param_block(params[i].second).local)) bad = static_cast<int64_t>(i) + 1;
+    if (!all_finite(local_block(params[i].second).tensor)) bad = static_cast<int64_t>(i) + 1;
   Tensor flag = full({1}, static_cast<double>(bad), TensorOptions(DType::f64));
   world.all_reduce(flag, ReduceOp::MAX)->wait();
   bad = static_cast<int64_t>(flag.item<double>());
   if (bad > 0)
     throw AllRanksError(detail::cat("checkpoint: step ", step, ": parameter ", params[bad - 1].first,
                                     " holds NaN / Inf; not saved (earlier checkpoints under ", root, " kept)"));
-  const fs::path final_dir = fs::path(root) / ("step_" + std::to_string(step));
-  const fs::path tmp = fs::path(root) / (".tmp_step_" + std::to_string(step));
-  if (rank == 0) {
-    std::error_code ec;
-    fs::create_directories(root, ec);
-    DTR_CHECK(!ec, "checkpoint: cannot create directory '", root, "': ", ec.message());
-    for (const auto& e : fs::directory_iterator(root))
-      if (e.path().filename().string().rfind(".tmp_step_", 0) == 0) fs::remove_all(e.path(), ec);
-    fs::create_directories(tmp, ec);
-    DTR_CHECK(!ec, "checkpoint: cannot create directory '", tmp.string(), "': ", ec.message());
-  }
-  world.barrier()->wait();
-
-  nlohmann::json shards = nlohmann::json::object(), param_meta = nlohmann::json::object();
-  std::vector<safetensors::RawTensor> raws;
-  std::vector<Tensor> keep;  // contiguous copies alive until written
-  auto add = [&](const std::string& name, const Tensor& t) {
-    Tensor c = t.to(Device::cpu()).contiguous();  // CUDA shards are written from a host copy
-    keep.push_back(c);
-    raws.push_back({name, c.dtype(), c.sizes(), c.data_ptr(), c.nbytes()});
-  };
+  // What is saved: every trainable parameter and its optimizer state (the step as a 1-element
+  // i64 tensor), with the parameter's layout; non-tensor state (sampler, RNG, LR step) in extra.
+  dcp::StateDict sd;
   for (const auto& [fqn, p] : params) {
-    LocalBlock b = param_block(p);
-    add("model/" + fqn, b.local);
-    int64_t st_step = 0;
-    if (opt.has_state(p)) {
-      auto& st = opt.state(p);
-      st_step = st.step;
-      for (const auto& [k, t] : st.tensors) add("optim/" + k + "/" + fqn, t);
-    }
-    shards[fqn] = {{"offset", b.offset}, {"global_shape", b.global_shape}, {"step", st_step}};
-    param_meta[fqn] = {{"global_shape", b.global_shape},
-                       {"placements", b.placements},
-                       {"mesh_shape", b.mesh_shape},
-                       {"dtype", dtype_name(b.local.dtype())}};
+    sd["model/" + fqn] = p;
+    if (!opt.has_state(p)) continue;
+    auto& st = opt.state(p);
+    sd["optim/step/" + fqn] = from_vector<int64_t>({st.step}, {1});
+    for (const auto& [k, t] : st.tensors) sd["optim/" + k + "/" + fqn] = like_param(t, p);
   }
-  const std::string file = "rank_" + std::to_string(rank) + ".safetensors";
-  // Each file also records its parameters' layout: under pipeline parallelism ranks hold
-  // different parameters, and rank 0's metadata.json lists the union of every file's.
-  safetensors::write_raw((tmp / file).string(), raws, {{"dtr_shards", shards.dump()}, {"dtr_params", param_meta.dump()}});
-  world.barrier()->wait();
-  if (rank == 0) {
-    for (int r = 1; r < world.size(); ++r) {
-      auto f = safetensors::SafetensorsFile::open((tmp / ("rank_" + std::to_string(r) + ".safetensors")).string());
-      auto it = f.metadata().find("dtr_params");
-      DTR_CHECK(it != f.metadata().end(), "checkpoint: ", f.path(), " has no dtr_params metadata");
-      const nlohmann::json theirs = nlohmann::json::parse(it->second);
-      for (const auto& [fqn, m] : theirs.items())
-        if (!param_meta.contains(fqn)) param_meta[fqn] = m;
-    }
-    nlohmann::json meta;
-    meta["step"] = step;
-    meta["world_size"] = world.size();
-    meta["params"] = param_meta;
-    std::vector<std::string> files;
-    for (int r = 0; r < world.size(); ++r) files.push_back("rank_" + std::to_string(r) + ".safetensors");
-    meta["files"] = files;
-    meta["extra"] = extra;
-    {  // fsync'ed (the shard files are too), then the directory entries below
-      const std::string text = meta.dump(1) + "\n";
-      AtomicFileWriter f((tmp / "metadata.json").string());
-      f.write(text.data(), text.size());
-      f.commit();
-    }
+  if (rank == 0) {  // temp / aside directories of interrupted saves
     std::error_code ec;
-    fs::remove_all(final_dir, ec);
-    fs::rename(tmp, final_dir, ec);
-    DTR_CHECK(!ec, "checkpoint: cannot rename '", tmp.string(), "' to '", final_dir.string(), "': ", ec.message());
-    fsync_directory(root);  // the rename itself is durable
-    if (keep_last > 0) {
-      auto all = complete_checkpoints(root);
-      for (size_t i = 0; i + keep_last < all.size(); ++i) fs::remove_all(all[i].second, ec);
+    for (const auto& e : fs::directory_iterator(root, ec)) {
+      const std::string n = e.path().filename().string();
+      if (n.rfind(".tmp_step_", 0) == 0 || n.rfind(".old_step_", 0) == 0) fs::remove_all(e.path(), ec);
     }
+  }
+  dcp::FileSystemWriter writer((fs::path(root) / ("step_" + std::to_string(step))).string());
+  try {
+    dcp::save_state_dict(sd, writer, world, extra);
+  } catch (const Error& e) {  // raised on every rank with the same message
+    throw AllRanksError(e.what());
+  }
+  if (rank == 0 && keep_last > 0) {
+    std::error_code ec;
+    auto all = complete_checkpoints(root);
+    for (size_t i = 0; i + keep_last < all.size(); ++i) fs::remove_all(all[i].second, ec);
   }
   world.barrier()->wait();
 }
@@ -174,29 +123,14 @@ std::vector<std::string> checkpoints_newest_first(const std::string& root) {
 
 nlohmann::json read_checkpoint_metadata(const std::string& dir) {
   const std::string path = (fs::path(dir) / "metadata.json").string();
-  std::ifstream f(path);
-  DTR_CHECK(f.good(), "checkpoint: cannot read '", path, "'");
-  nlohmann::json meta;
-  try {
-    f >> meta;
-  } catch (const std::exception& e) {
-    DTR_ERROR("checkpoint: '", path, "' is not valid JSON: ", e.what());
-  }
-  // Every field the loader and dtr-train read, with its type, so that a damaged file is one
+  nlohmann::json meta = dcp::read_metadata_json(dir);
+  open_reader(dir)->read_metadata();  // the storage's own fields
+  // Every field dtr-train reads from extra, with its type, so that a damaged file is one
   // error naming the file and the field (not a raw json exception).
   auto need = [&](const nlohmann::json& j, const std::string& key, bool ok_type, const char* type) {
     DTR_CHECK(j.is_object() && j.contains(key), "checkpoint: '", path, "': field '", key, "' is missing");
     DTR_CHECK(ok_type, "checkpoint: '", path, "': field '", key, "' must be ", type, ", got ", j[key].dump());
   };
-  DTR_CHECK(meta.is_object(), "checkpoint: '", path, "': expected a JSON object");
-  need(meta, "step", meta.contains("step") && meta["step"].is_number_integer(), "an integer");
-  need(meta, "files", meta.contains("files") && meta["files"].is_array(), "a list of file names");
-  for (const auto& n : meta["files"])
-    DTR_CHECK(n.is_string(), "checkpoint: '", path, "': field 'files' must hold strings, got ", n.dump());
-  need(meta, "params", meta.contains("params") && meta["params"].is_object(), "an object");
-  for (const auto& [fqn, p] : meta["params"].items())
-    DTR_CHECK(p.is_object() && p.contains("global_shape") && p["global_shape"].is_array(), "checkpoint: '", path,
-              "': field 'params.", fqn, ".global_shape' is missing or not a list");
   need(meta, "extra", meta.contains("extra") && meta["extra"].is_object(), "an object");
   const nlohmann::json& x = meta["extra"];
   need(x, "step", x.contains("step") && x["step"].is_number_integer(), "an integer (extra.step)");
@@ -211,16 +145,8 @@ nlohmann::json read_checkpoint_metadata(const std::string& dir) {
 
 std::string checkpoint_problem(const std::string& dir) {
   try {
-    const nlohmann::json meta = read_checkpoint_metadata(dir);
-    for (const auto& name : meta["files"]) {
-      const std::string file = (fs::path(dir) / name.get<std::string>()).string();
-      DTR_CHECK(fs::exists(file), "checkpoint: shard file '", file, "' listed in metadata.json is missing");
-      auto f = safetensors::SafetensorsFile::open(file);
-      auto it = f.metadata().find("dtr_shards");
-      DTR_CHECK(it != f.metadata().end(), "checkpoint: '", file, "' has no dtr_shards metadata");
-      const auto blocks = nlohmann::json::parse(it->second, nullptr, false);
-      DTR_CHECK(blocks.is_object(), "checkpoint: '", file, "': dtr_shards metadata is not a JSON object");
-    }
+    read_checkpoint_metadata(dir);
+    open_reader(dir)->check();
   } catch (const std::exception& e) {
     return e.what();
   }
@@ -234,63 +160,46 @@ std::optional<std::string> find_latest_checkpoint(const std::string& root) {
 }
 
 nlohmann::json load_checkpoint(const std::string& dir, const NamedParams& params, optim::Optimizer& opt) {
-  const nlohmann::json meta = read_checkpoint_metadata(dir);
-  struct Shard {
-    safetensors::SafetensorsFile file;
-    nlohmann::json blocks;
-  };
-  std::vector<Shard> shards;
-  for (const auto& name : meta.at("files")) {
-    auto f = safetensors::SafetensorsFile::open((fs::path(dir) / name.get<std::string>()).string());
-    auto it = f.metadata().find("dtr_shards");
-    DTR_CHECK(it != f.metadata().end(), "checkpoint: ", f.path(), " has no dtr_shards metadata");
-    shards.push_back({f, nlohmann::json::parse(it->second)});
+  read_checkpoint_metadata(dir);
+  auto reader = open_reader(dir);
+  const dcp::Metadata md = reader->read_metadata();
+  const auto& saved = md.state_dict_metadata;
+  // "optim/<k>/<fqn>" -> the state names k saved for each parameter.
+  std::map<std::string, std::vector<std::string>> state_keys;
+  for (const auto& [key, t] : saved) {
+    if (key.rfind("optim/", 0) != 0) continue;
+    const size_t slash = key.find('/', 6);
+    if (slash != std::string::npos) state_keys[key.substr(slash + 1)].push_back(key.substr(6, slash - 6));
   }
-  NoGradGuard no_grad;
+  dcp::StateDict sd;
+  std::map<std::string, Tensor> steps;  // fqn -> its step tensor
   for (const auto& [fqn, p] : params) {
-    DTR_CHECK(meta.at("params").contains(fqn), "checkpoint: parameter ", fqn, " is not in ", dir,
+    auto it = saved.find("model/" + fqn);
+    DTR_CHECK(it != saved.end(), "checkpoint: parameter ", fqn, " is not in ", dir,
               " (was it saved with the same model / peft settings?)");
-    LocalBlock b = param_block(p);
-    const Shape saved_global = meta["params"][fqn].at("global_shape").get<Shape>();
-    DTR_CHECK(saved_global == b.global_shape, "checkpoint: ", fqn, " has global shape ", saved_global, " in ", dir,
-              " but the model has ", b.global_shape);
-    // Fills `dst` (local shape of this rank) from the blocks named `key` of every shard.
-    // Fills `dst` (local shape of this rank) from the blocks named `key` of every shard
-    // (parallel/checkpoint/reshard.h: any saved mesh and placements).
-    auto assemble = [&](const std::string& key, Tensor dst) -> bool {
-      std::vector<TensorBlock> saved;
-      for (auto& s : shards) {
-        if (!s.file.contains(key)) continue;
-        const auto& e = s.file.entry(key);
-        DTR_CHECK(e.dtype == dst.dtype(), "checkpoint: ", key, " is ", dtype_name(e.dtype), " in ", s.file.path(),
-                  ", expected ", dtype_name(dst.dtype()));
-        saved.push_back({s.file.get(key, safetensors::LoadMode::view), s.blocks.at(fqn).at("offset").get<Shape>()});
-      }
-      if (saved.empty()) return false;
-      Tensor scratch = empty(dst.sizes(), TensorOptions(dst.dtype()));
-      assemble_block(saved, {scratch, b.offset}, "checkpoint: shards of " + key + " in " + dir);
-      dst.copy_(scratch);
-      return true;
-    };
-    DTR_CHECK(assemble("model/" + fqn, b.local), "checkpoint: no shard of ", fqn, " in ", dir);
-    int64_t st_step = 0;
-    for (const auto& s : shards)
-      if (s.blocks.contains(fqn)) st_step = std::max<int64_t>(st_step, s.blocks[fqn].at("step").get<int64_t>());
-    if (st_step > 0) {
-      auto& st = opt.state(p);
-      st.step = st_step;
-      for (const char* k : {"exp_avg", "exp_avg_sq"}) {
-        const std::string key = std::string("optim/") + k + "/" + fqn;
-        for (const auto& s : shards) {
-          if (!s.file.contains(key)) continue;
-          Tensor t = zeros(b.local.sizes(), TensorOptions(s.file.entry(key).dtype));
-          if (assemble(key, t)) st.tensors[k] = t;
-          break;
-        }
-      }
+    Shape global;
+    const Tensor local = local_block(p, &global).tensor;
+    DTR_CHECK(it->second.size == global, "checkpoint: ", fqn, " has global shape ", it->second.size, " in ", dir,
+              " but the model has ", global);
+    sd["model/" + fqn] = p;
+    if (!saved.count("optim/step/" + fqn)) continue;
+    steps[fqn] = sd["optim/step/" + fqn] = zeros({1}, TensorOptions(DType::i64));
+    for (const auto& k : state_keys[fqn]) {
+      if (k == "step") continue;
+      const std::string key = "optim/" + k + "/" + fqn;
+      sd[key] = like_param(zeros(local.sizes(), TensorOptions(saved.at(key).dtype)), p);
     }
   }
-  return meta.at("extra");
+  dcp::load_state_dict(sd, *reader);
+  for (const auto& [fqn, p] : params) {
+    auto s = steps.find(fqn);
+    if (s == steps.end() || s->second.item<int64_t>() == 0) continue;
+    auto& st = opt.state(p);
+    st.step = s->second.item<int64_t>();
+    for (const auto& k : state_keys[fqn])
+      if (k != "step") st.tensors[k] = local_block(sd.at("optim/" + k + "/" + fqn)).tensor;
+  }
+  return md.extra;
 }
 
 }  // namespace dtr::train

@@ -52,7 +52,7 @@ class FileSystemReader : public StorageReader {
   Tensor read_chunk(const std::string& key, const TensorMetadata& t, const ChunkMetadata& c) override;
   /// Opens every file that metadata.json lists and checks that each chunk is there with its
   /// shape and dtype, reading no tensor data. Errors: as read_chunk, and read_metadata's.
-  void check();
+  void check() override;
 
  private:
   const safetensors::SafetensorsFile& file(const std::string& name);

@@ -49,6 +49,10 @@ class StorageReader {
   /// t.dtype (may be a read-only view). Errors: the storage item missing or truncated, the key
   /// absent from it or of another shape / dtype -> dtr::Error naming the item and the key.
   virtual Tensor read_chunk(const std::string& key, const TensorMetadata& t, const ChunkMetadata& c) = 0;
+  /// Checks that the checkpoint is complete (every storage item there, holding each chunk
+  /// with its shape and dtype) without reading tensor data; the default reads the metadata.
+  /// Errors: as read_metadata / read_chunk.
+  virtual void check() { read_metadata(); }
 };
 
 }  // namespace dtr::dcp
