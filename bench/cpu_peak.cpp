@@ -96,7 +96,9 @@ volatile float g_sink = 0;  // keeps the measured loops' results alive
 /// every Intel core since Nehalem and every AMD Zen; a chain of `add $1` is not used: Golden
 /// Cove and later fold immediate adds at rename, several per cycle).
 double measure_clock_hz() {
-  const int64_t iters = 100000;  // 9.6 M cycles: ~3 ms at 3 GHz
+  // Many short runs (0.5 M cycles, ~0.2 ms): on a loaded machine the shortest is the one that ran
+  // without being descheduled.
+  const int64_t iters = 5000;
   auto run = [&] {
     uint64_t x = 3;
     for (int64_t i = 0; i < iters; ++i)
@@ -104,7 +106,7 @@ double measure_clock_hz() {
     g_sink = g_sink + static_cast<float>(x & 1);
   };
   run();
-  return static_cast<double>(iters) * 32.0 * 3.0 / best_of(50, run);
+  return static_cast<double>(iters) * 32.0 * 3.0 / best_of(400, run);
 }
 
 // 12 independent FMA chains (registers 0-11, multiplicands 12 and 13, all zero: no denormal
@@ -132,15 +134,15 @@ DTR_FMA_LOOP(fma_loop_zmm, "zmm")
 #undef DTR_FMA_LOOP
 
 /// FMA instructions per second summed over `threads` threads running `loop` at once (best of
-/// 20 runs each).
+/// 100 short runs each).
 double fma_rate(double (*loop)(int64_t), int threads) {
-  const int64_t iters = 250000;  // 3 M FMAs per thread per run
+  const int64_t iters = 40000;  // 0.5 M FMAs per thread per run: ~0.1 ms
   std::vector<double> rate(static_cast<size_t>(threads), 0.0);
 #pragma omp parallel num_threads(threads)
   {
     const int t = omp_get_thread_num();
     double best = 1e30, n = 0;
-    for (int r = 0; r < 20; ++r) {
+    for (int r = 0; r < 100; ++r) {
       const double t0 = now_s();
       n = loop(iters);
       best = std::min(best, now_s() - t0);

@@ -11,8 +11,11 @@
 #include <vector>
 
 #include "bench/bench_util.h"
+#include "bench/gemm_eigen_avx2.h"
 #include "tensor/autograd/grad_mode.h"
 #include "tensor/ops/cpu/gemm.h"
+#include "tensor/ops/cpu/sgemm.h"
+#include "tensor/ops/cpu/sgemm_avx2.h"
 #include "tensor/ops.h"
 #include "tensor/random.h"
 
@@ -98,11 +101,14 @@ int bench_gemm(int argc, char** argv) {
       {"lora dB [1024x1536]^T @ 1024x8", 1, 1536, 1024, 8, false, true},
       {"attn bmm 9x256x64 @ 9x64x256", 9, 256, 64, 256, false},
   };
+  const bool avx2 = cpu::sgemm_avx2_available(), avx512 = cpu::sgemm_available();
   std::printf("dtr-bench gemm: f32, %d threads (OMP_NUM_THREADS), best of 7; dtr = dtr::mm/bmm (output\n"
-              "allocation included), sgemm = dtr::cpu::gemm into a preallocated C (the kernel alone)\n",
-              threads);
-  std::printf("%-40s %9s %9s %9s %9s %9s %8s %9s\n", "shape", "dtr GF/s", "sgemm", "Eigen", "BLAS", "dtr ms",
-              "dtr/Eig", "sgemm/Eig");
+              "allocation included), sgemm = dtr::cpu::gemm into a preallocated C (the kernel alone: %s),\n"
+              "Eigen = raw Eigen compiled like the kernels (%s); avx2 = dtr's AVX2 kernel (sgemm_avx2.h) and\n"
+              "Eig-avx2 = raw Eigen compiled for AVX2 + FMA, its reference (0 = not available)\n",
+              threads, cpu::sgemm_kernel_name(cpu::sgemm_kernel()), avx512 ? "AVX-512" : "the build's -march");
+  std::printf("%-40s %9s %9s %9s %9s %9s %9s %9s %8s %9s %9s\n", "shape", "dtr GF/s", "sgemm", "Eigen", "BLAS", "avx2",
+              "Eig-avx2", "dtr ms", "dtr/Eig", "sgemm/Eig", "avx2/Eig2");
   manual_seed(1);
   for (const auto& s : shapes) {
     if (!filter.empty() && std::string(s.name).find(filter) == std::string::npos) continue;
@@ -140,9 +146,22 @@ int bench_gemm(int argc, char** argv) {
                     s.m, s.n, s.k, 1.0f, pa + i * s.m * s.k, s.transpose_a ? s.m : s.k, pb + i * s.k * s.n,
                     s.transpose_b ? s.k : s.n, 0.0f, C.data() + i * s.m * s.n, s.n);
     });
-    std::printf("%-40s %9.1f %9.1f %9.1f %9.1f %9.3f %8.2f %9.2f\n", s.name, flops / t_dtr * 1e-9,
-                flops / t_kernel * 1e-9, flops / t_eigen * 1e-9, with_blas ? flops / t_blas * 1e-9 : 0.0, t_dtr * 1e3, t_eigen / t_dtr,
-                t_eigen / t_kernel);
+    // dtr's AVX2 kernel and raw AVX2 Eigen (with AVX-512 hardware too: what an AVX2-only CPU runs).
+    const int64_t c_step = s.m * s.n;
+    const double t_avx2 = !avx2 ? 0.0 : best_seconds([&] {
+      for (int64_t i = 0; i < s.batch; ++i)
+        cpu::sgemm_avx2(s.m, s.n, s.k, pa + i * s.m * s.k, a_rs, a_cs, pb + i * s.k * s.n, b_rs, b_cs,
+                        C.data() + i * c_step, s.n, false);
+    });
+    const double t_eigen2 = !avx2 ? 0.0 : best_seconds([&] {
+      for (int64_t i = 0; i < s.batch; ++i)
+        eigen_gemm_avx2(s.m, s.n, s.k, pa + i * s.m * s.k, s.transpose_a, pb + i * s.k * s.n, s.transpose_b,
+                        C.data() + i * c_step);
+    });
+    auto gf = [&](double t) { return t > 0 ? flops / t * 1e-9 : 0.0; };
+    std::printf("%-40s %9.1f %9.1f %9.1f %9.1f %9.1f %9.1f %9.3f %8.2f %9.2f %9.2f\n", s.name, gf(t_dtr), gf(t_kernel),
+                gf(t_eigen), with_blas ? gf(t_blas) : 0.0, gf(t_avx2), gf(t_eigen2), t_dtr * 1e3, t_eigen / t_dtr,
+                t_eigen / t_kernel, t_avx2 > 0 ? t_eigen2 / t_avx2 : 0.0);
   }
   return 0;
 }

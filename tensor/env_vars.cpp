@@ -95,6 +95,8 @@ const std::vector<Var>& table() {
        "cap of the host memory block cache in MiB; default 2048, 0 turns it off"},
       {"DTR_CPU_ALLOC_POISON", Kind::flag, 0, 0, {}, "fill every host allocation with NaN bytes"},
       {"DTR_EIGEN_SGEMM", Kind::flag, 0, 0, {}, "f32 GEMM on Eigen instead of dtr's AVX-512 kernel"},
+      {"DTR_SGEMM", Kind::choice, 0, 0, {"avx512", "avx2", "eigen"},
+       "f32 GEMM kernel (default: the widest the build and CPU have)"},
       {"DTR_ALLOW_TF32", Kind::flag, 0, 0, {}, "TF32 for f32 GEMMs on CUDA"},
       {"DTR_CUDA_SDPA_SIMPLE", Kind::flag, 0, 0, {}, "CUDA-core attention kernel instead of the tensor-core one"},
       {"DTR_TEST_REQUIRE_CUDA", Kind::flag, 0, 0, {}, "tests: fail instead of skipping without a GPU", true},

@@ -54,7 +54,8 @@ TEST_CASE("env: bad values are one-line errors naming the variable") {
                         Case{"DTR_NUM_THREADS", "2.5", "an integer"}, Case{"DTR_CPU_CACHE_MB", "-1", "an integer"},
                         Case{"DTR_CPU_CACHE_MB", "99999999999999999999", "an integer"},
                         Case{"DTR_BACKEND", "gloo", "mpi or nccl"}, Case{"DTR_COMM_DEBUG", "yes", "0 or 1"},
-                        Case{"DTR_EIGEN_SGEMM", "2", "0 or 1"}}) {
+                        Case{"DTR_EIGEN_SGEMM", "2", "0 or 1"},
+                        Case{"DTR_SGEMM", "avx3", "avx512 or avx2 or eigen"}}) {
     const std::string msg = error_of(c.name, c.value);
     INFO(c.name << "=" << c.value << " -> " << msg);
     CHECK(msg.rfind(std::string(c.name) + "='" + c.value + "'", 0) == 0);

@@ -2,7 +2,9 @@
 // sizes around the 14x32 register tile and the 16-wide skinny paths, all layouts of A and B
 // (row-major, column-major, both with padded leading strides, and a non-unit-stride view),
 // accumulate on/off, ldc > n, K split into several blocks, k = 0, and bitwise equality of
-// results across thread counts. Skipped in builds without AVX-512.
+// results across thread counts. Skipped in builds without AVX-512. The AVX2 twin
+// (sgemm_avx2.h) against the same reference: odd shapes around its 6x16 tile, every layout,
+// K blocks, accumulate, ldc > n, thread-count independence.
 #include <omp.h>
 
 #include <catch2/catch.hpp>
@@ -13,12 +15,18 @@
 #include <vector>
 
 #include "tensor/ops/cpu/sgemm.h"
+#include "tensor/ops/cpu/sgemm_avx2.h"
 
 using dtr::cpu::sgemm;
+using dtr::cpu::sgemm_avx2;
 
 namespace {
 
 enum class Layout { Row, Col, Strided };
+
+/// The kernel under test: sgemm (AVX-512) or sgemm_avx2.
+using GemmFn = void (*)(int64_t, int64_t, int64_t, const float*, int64_t, int64_t, const float*, int64_t, int64_t,
+                        float*, int64_t, bool);
 
 /// A rows x cols operand stored in `buf` with element (i, j) at i*rs + j*cs; unused slots are NaN
 /// so that reading outside the operand shows up in the result.
@@ -45,7 +53,8 @@ Operand make_operand(int64_t rows, int64_t cols, Layout l, int64_t pad, std::mt1
 
 /// Runs sgemm and checks every element against the double reference with the bound
 /// |err| <= (k + 2) * 2^-23 * (sum_p |a_ip||b_pj| + |c0_ij|); checks the ldc padding is untouched.
-void check_one(int64_t m, int64_t n, int64_t k, Layout la, Layout lb, bool acc, int64_t ldc_pad, std::mt19937& g) {
+void check_one(int64_t m, int64_t n, int64_t k, Layout la, Layout lb, bool acc, int64_t ldc_pad, std::mt19937& g,
+               GemmFn gemm = sgemm) {
   INFO("m=" << m << " n=" << n << " k=" << k << " A layout " << int(la) << " B layout " << int(lb) << " acc " << acc
             << " ldc pad " << ldc_pad);
   const Operand A = make_operand(m, k, la, 3, g), B = make_operand(k, n, lb, 5, g);
@@ -54,7 +63,7 @@ void check_one(int64_t m, int64_t n, int64_t k, Layout la, Layout lb, bool acc, 
   std::uniform_real_distribution<float> u(-1.0f, 1.0f);
   for (auto& x : C) x = u(g);
   const std::vector<float> C0 = C;
-  sgemm(m, n, k, A.buf.data(), A.rs, A.cs, B.buf.data(), B.rs, B.cs, C.data(), ldc, acc);
+  gemm(m, n, k, A.buf.data(), A.rs, A.cs, B.buf.data(), B.rs, B.cs, C.data(), ldc, acc);
   std::vector<double> ref(static_cast<size_t>(m * n), 0.0), mag(static_cast<size_t>(m * n), 0.0);
   for (int64_t i = 0; i < m; ++i)
     for (int64_t p = 0; p < k; ++p) {
@@ -78,6 +87,25 @@ void check_one(int64_t m, int64_t n, int64_t k, Layout la, Layout lb, bool acc, 
         ++bad;
   }
   CHECK(bad == 0);
+}
+
+/// C = A * B once on 1 thread, then `reps` times back to back on 2 and on 3 threads: every
+/// result bitwise equal to the 1-thread one. Leaves the thread count at 3.
+void check_same_bits_2_3_threads(GemmFn gemm, int64_t m, int64_t n, int64_t k, const Operand& A, const Operand& B,
+                                 int reps) {
+  std::vector<float> one(static_cast<size_t>(m * n)), out(one.size());
+  omp_set_num_threads(1);
+  gemm(m, n, k, A.buf.data(), A.rs, A.cs, B.buf.data(), B.rs, B.cs, one.data(), n, false);
+  for (int t = 2; t <= 3; ++t) {
+    omp_set_num_threads(t);
+    int wrong = 0;
+    for (int rep = 0; rep < reps; ++rep) {
+      gemm(m, n, k, A.buf.data(), A.rs, A.cs, B.buf.data(), B.rs, B.cs, out.data(), n, false);
+      wrong += std::memcmp(one.data(), out.data(), one.size() * sizeof(float)) != 0;
+    }
+    INFO(t << " threads");
+    CHECK(wrong == 0);
+  }
 }
 
 }  // namespace
@@ -197,19 +225,8 @@ TEST_CASE("sgemm on 2-3 threads with a short last K block matches the reference"
     INFO("m=" << c.m << " n=" << c.n << " k=" << c.k);
     omp_set_num_threads(1);
     check_one(c.m, c.n, c.k, c.la, c.lb, false, 0, g);
-    const Operand A = make_operand(c.m, c.k, c.la, 1, g), B = make_operand(c.k, c.n, c.lb, 1, g);
-    std::vector<float> one(static_cast<size_t>(c.m * c.n)), out(one.size());
-    sgemm(c.m, c.n, c.k, A.buf.data(), A.rs, A.cs, B.buf.data(), B.rs, B.cs, one.data(), c.n, false);
-    for (int t = 2; t <= 3; ++t) {
-      omp_set_num_threads(t);
-      int wrong = 0;
-      for (int rep = 0; rep < 60; ++rep) {
-        sgemm(c.m, c.n, c.k, A.buf.data(), A.rs, A.cs, B.buf.data(), B.rs, B.cs, out.data(), c.n, false);
-        wrong += std::memcmp(one.data(), out.data(), one.size() * sizeof(float)) != 0;
-      }
-      INFO(t << " threads");
-      CHECK(wrong == 0);
-    }
+    check_same_bits_2_3_threads(sgemm, c.m, c.n, c.k, make_operand(c.m, c.k, c.la, 1, g),
+                                make_operand(c.k, c.n, c.lb, 1, g), 60);
   }
   omp_set_num_threads(saved);
 }
@@ -242,6 +259,64 @@ TEST_CASE("sgemm results do not depend on the thread count", "[sgemm]") {
     }
     CHECK(std::memcmp(out[0].data(), out[1].data(), out[0].size() * sizeof(float)) == 0);
     CHECK(std::memcmp(out[0].data(), out[2].data(), out[0].size() * sizeof(float)) == 0);
+  }
+  omp_set_num_threads(saved);
+}
+
+TEST_CASE("sgemm_avx2 matches a double reference over odd shapes and layouts", "[sgemm][avx2]") {
+  if (!dtr::cpu::sgemm_avx2_available()) {
+    WARN("this build or CPU has no AVX2 + FMA: nothing to test");
+    return;
+  }
+  std::mt19937 g(17);
+  // Around the 6x16 tile (5, 6, 7, 15, 16, 17), the 384-deep K block (383, 385, 769) and
+  // primes; every layout pair, accumulate and ldc padding alternating.
+  const std::vector<int64_t> sizes = {1, 3, 5, 6, 7, 11, 15, 16, 17, 31, 33, 97, 383, 385};
+  const Layout layouts[3] = {Layout::Row, Layout::Col, Layout::Strided};
+  int64_t case_no = 0;
+  for (size_t a = 0; a < sizes.size(); ++a)
+    for (size_t b = 0; b < sizes.size(); ++b) {
+      const int64_t m = sizes[a], n = sizes[b], k = sizes[(a * 5 + b * 3) % sizes.size()];
+      if (m * n * k > 3'000'000) continue;
+      const int64_t c = case_no++;
+      check_one(m, n, k, layouts[c % 3], layouts[(c / 3) % 3], c % 2 == 0, (c % 4 == 0) ? 3 : 0, g, sgemm_avx2);
+    }
+  for (Layout la : {Layout::Row, Layout::Col})
+    for (Layout lb : {Layout::Row, Layout::Col}) {
+      check_one(100, 8, 577, la, lb, false, 0, g, sgemm_avx2);  // LoRA's skinny shapes take the packed path
+      check_one(8, 577, 100, la, lb, true, 1, g, sgemm_avx2);
+      check_one(37, 45, 769, la, lb, true, 2, g, sgemm_avx2);   // three K blocks
+      check_one(29, 1100, 50, la, lb, false, 0, g, sgemm_avx2); // column split (wide B), two 1024-column chunks
+    }
+  check_one(300, 200, 130, Layout::Row, Layout::Col, false, 0, g, sgemm_avx2);  // the linear layer's layout
+}
+
+TEST_CASE("sgemm_avx2 with k = 0 and on 1-3 threads gives the same bits", "[sgemm][avx2]") {
+  if (!dtr::cpu::sgemm_avx2_available()) {
+    WARN("this build or CPU has no AVX2 + FMA: nothing to test");
+    return;
+  }
+  std::vector<float> C0(3 * 5, 2.0f);
+  const float dummy = 0.0f;
+  sgemm_avx2(3, 4, 0, &dummy, 0, 1, &dummy, 4, 1, C0.data(), 5, true);
+  for (float x : C0) CHECK(x == 2.0f);
+  sgemm_avx2(3, 4, 0, &dummy, 0, 1, &dummy, 4, 1, C0.data(), 5, false);
+  for (int i = 0; i < 3; ++i)
+    for (int j = 0; j < 5; ++j) CHECK(C0[static_cast<size_t>(i * 5 + j)] == (j < 4 ? 0.0f : 2.0f));
+  std::mt19937 g(19);
+  struct Case {
+    int64_t m, n, k;
+    Layout la, lb;
+  };
+  // Row split with a short last K block; column split (n > 8 m).
+  const Case cases[] = {{130, 40, 770, Layout::Col, Layout::Row}, {20, 2000, 100, Layout::Row, Layout::Col}};
+  const int saved = omp_get_max_threads();
+  for (const Case& c : cases) {
+    INFO("m=" << c.m << " n=" << c.n << " k=" << c.k);
+    omp_set_num_threads(1);
+    check_one(c.m, c.n, c.k, c.la, c.lb, false, 0, g, sgemm_avx2);
+    check_same_bits_2_3_threads(sgemm_avx2, c.m, c.n, c.k, make_operand(c.m, c.k, c.la, 1, g),
+                                make_operand(c.k, c.n, c.lb, 1, g), 20);
   }
   omp_set_num_threads(saved);
 }

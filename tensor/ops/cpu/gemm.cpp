@@ -2,10 +2,13 @@
 
 #include <Eigen/Core>
 #include <cstdlib>
+#include <string>
 #include <type_traits>
 
 #include "tensor/ops/cpu/sgemm.h"
+#include "tensor/ops/cpu/sgemm_avx2.h"
 #include "tensor/env_vars.h"
+#include "tensor/error.h"
 
 namespace dtr::cpu {
 namespace {
@@ -32,20 +35,46 @@ void with_b(const MA& a, int64_t n, int64_t k, const T* B, int64_t b_rs, int64_t
 
 }  // namespace
 
+SgemmKernel sgemm_kernel() {
+  static const SgemmKernel k = [] {
+    // DTR_SGEMM chooses; DTR_EIGEN_SGEMM=1 is the older spelling of DTR_SGEMM=eigen.
+    const std::string want = env::flag("DTR_EIGEN_SGEMM") ? std::string("eigen") : env::choice("DTR_SGEMM");
+    if (want == "avx512") {
+      DTR_CHECK(sgemm_available(), "DTR_SGEMM=avx512: this build has no AVX-512 SGEMM (compile tensor/ops/cpu with "
+                                   "-march=x86-64-v4 on an AVX-512 machine)");
+      return SgemmKernel::avx512;
+    }
+    if (want == "avx2") {
+      DTR_CHECK(sgemm_avx2_available(), "DTR_SGEMM=avx2: this build or CPU has no AVX2 + FMA");
+      return SgemmKernel::avx2;
+    }
+    if (want == "eigen") return SgemmKernel::eigen;
+    if (sgemm_available()) return SgemmKernel::avx512;
+    return sgemm_avx2_available() ? SgemmKernel::avx2 : SgemmKernel::eigen;
+  }();
+  return k;
+}
+
+const char* sgemm_kernel_name(SgemmKernel k) {
+  switch (k) {
+    case SgemmKernel::avx512: return "avx512";
+    case SgemmKernel::avx2: return "avx2";
+    case SgemmKernel::eigen: return "eigen";
+  }
+  return "?";
+}
+
 template <class T>
 void gemm(int64_t m, int64_t n, int64_t k, const T* A, int64_t a_rs, int64_t a_cs, const T* B, int64_t b_rs,
           int64_t b_cs, T* C, bool accumulate) {
   if (m == 0 || n == 0) return;
-#ifdef __AVX512F__
-  if constexpr (std::is_same_v<T, float>) {  // dtr's own AVX-512 SGEMM (sgemm.h)
-    // DTR_EIGEN_SGEMM=1 in the environment keeps f32 on Eigen (A/B benchmarking on one binary).
-    static const bool eigen = env::flag("DTR_EIGEN_SGEMM");
-    if (!eigen) {
-      sgemm(m, n, k, A, a_rs, a_cs, B, b_rs, b_cs, C, n, accumulate);
-      return;
+  if constexpr (std::is_same_v<T, float>) {  // dtr's own SGEMM (sgemm.h, sgemm_avx2.h) unless Eigen is chosen
+    switch (sgemm_kernel()) {
+      case SgemmKernel::avx512: sgemm(m, n, k, A, a_rs, a_cs, B, b_rs, b_cs, C, n, accumulate); return;
+      case SgemmKernel::avx2: sgemm_avx2(m, n, k, A, a_rs, a_cs, B, b_rs, b_cs, C, n, accumulate); return;
+      case SgemmKernel::eigen: break;
     }
   }
-#endif
   if (k == 0) {
     if (!accumulate) OutMap<T>(C, m, n).setZero();
     return;

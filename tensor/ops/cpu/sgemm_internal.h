@@ -11,6 +11,7 @@
 #include <utility>
 
 #include "tensor/error.h"
+#include "tensor/ops/cpu/sgemm_common.h"
 
 // GCC 12 warns about the _mm*_undefined_* placeholder inside AVX-512 intrinsics such as
 // _mm512_shuffle_f32x4 once inlined (GCC bug 105593, fixed in GCC 13): a false positive.
@@ -26,44 +27,7 @@ constexpr int64_t NSUB_PANELS = 8; // B sub-block reused from L2 over all A pane
 constexpr int SKINNY_N = 16;       // n <= 16: one masked zmm of C per row
 constexpr int64_t STREAM_BYTES = int64_t(1) << 24;  // C of 16 MB and more: non-temporal stores
 
-/// Grow-only 64-byte aligned scratch (one per thread and role; reused across calls). Not counted
-/// by memory_stats(): the packed A of one K block (m x kc floats, kc <= 640; twice that in the
-/// column split; 126 MB for a full fine-tune's lm_head weight gradient, m = 49152) on the
-/// calling thread, plus kc x 2048 floats of packed B per worker. get() throws dtr::Error when out of memory;
-/// get_in_parallel() is for OpenMP workers, where an exception cannot leave the region: it
-/// prints the same message and aborts.
-struct Scratch {
-  float* p = nullptr;
-  size_t cap = 0;
-  float* try_get(size_t n) {
-    if (n > cap) {
-      std::free(p);
-      cap = 0;
-      p = static_cast<float*>(std::aligned_alloc(64, bytes_of(n)));
-      if (p) cap = n;
-    }
-    return p;
-  }
-  float* get(size_t n) {
-    float* q = try_get(n);
-    DTR_CHECK(q != nullptr, "sgemm: out of memory for a ", bytes_of(n), "-byte packing buffer");
-    return q;
-  }
-  float* get_in_parallel(size_t n) {
-    float* q = try_get(n);
-    if (!q) {
-      std::fprintf(stderr, "dtr: error: sgemm: out of memory for a %zu-byte packing buffer\n", bytes_of(n));
-      std::abort();
-    }
-    return q;
-  }
-  static size_t bytes_of(size_t n) { return (n * sizeof(float) + 63) / 64 * 64; }
-  ~Scratch() { std::free(p); }
-};
 extern thread_local Scratch t_apack, t_bshared, t_bprivate;  // t_bprivate: per worker (in sgemm.cpp)
-
-/// [begin, end) of part t of `total` items split into T contiguous, balanced parts.
-inline std::pair<int64_t, int64_t> part(int64_t total, int T, int t) { return {total * t / T, total * (t + 1) / T}; }
 
 inline __mmask16 mask_of(int64_t cols) { return cols >= 16 ? __mmask16(0xFFFF) : __mmask16((1u << cols) - 1u); }
 
@@ -88,16 +52,6 @@ inline void put(float* c, __m512 acc, __mmask16 mk, Put mode) {
 }
 
 
-struct Problem {
-  int64_t m, n, k;
-  const float* A;
-  int64_t a_rs, a_cs;
-  const float* B;
-  int64_t b_rs, b_cs;
-  float* C;
-  int64_t ldc;
-  bool accumulate;
-};
 
 /// Sum of the 16 lanes in a fixed order (halves, quarters, pairs, neighbours).
 inline float hsum(__m512 v) {
