@@ -44,6 +44,10 @@ TensorBlock local_block(const Tensor& t, Shape* global_shape) {
   TensorBlock b;
   if (t.is_distributed()) {
     const DTensorSpec& s = dtensor_spec(t, "checkpoint");
+    for (size_t i = 0; i < s.placements.size(); ++i)
+      DTR_CHECK(!s.placements[i].is_strided_shard() || !strided_partners(s.placements, s.mesh.shape(), i).empty(),
+                "checkpoint: placements ", placements_str(s.placements), " of shape ", s.shape,
+                ": a StridedShard without its partner dims holds several ranges, not one block; redistribute first");
     b.tensor = local_tensor(t);
     b.offset = s.local_offset();
     DTR_CHECK(b.tensor.sizes() == s.local_shape(), "checkpoint: local shard of shape ", b.tensor.sizes(),

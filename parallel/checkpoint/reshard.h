@@ -22,7 +22,8 @@ struct TensorBlock {
 
 /// This rank's block of `t` and the global shape: a DTensor's local shard (sharing its storage)
 /// at DTensorSpec::local_offset(), or the whole of a plain tensor at offset 0.
-/// Errors: a local shard whose shape differs from its spec's local shape.
+/// Errors: a local shard whose shape differs from its spec's local shape; a StridedShard whose
+/// partner mesh dims are not in the placements (its rows are several ranges, not one block).
 TensorBlock local_block(const Tensor& t, Shape* global_shape = nullptr);
 
 /// True when the boxes [a_offset, a_offset + a_sizes) and [b_offset, b_offset + b_sizes) share

@@ -172,6 +172,11 @@ TEST_CASE("load_state_dict names the key, the file and what was expected", "[che
   DeviceMesh world({world_size()}, {"world"});
   Tensor partial = from_local(zeros({7, 5}), world, {Partial()});
   CHECK_THROWS_WITH(dcp::save_state_dict({{"p", partial}}, w, world_group()), Contains("'p' has Partial placements"));
+  // So is a StridedShard without its partner dim (several row ranges per rank, not one block).
+  if (world_size() > 1) {
+    Tensor strided = distribute_tensor(global_state().at("w"), world, {StridedShard(0, 2)});
+    CHECK_THROWS_WITH(dcp::save_state_dict({{"s", strided}}, w, world_group()), Contains("not one block"));
+  }
   barrier();
   // A truncated rank file and a missing one (copies of the checkpoint; rank 0 damages them).
   if (rank() == 0) {
