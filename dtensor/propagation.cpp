@@ -45,13 +45,7 @@ double redistribute_cost(const DTensorSpec& from, const Placements& to) {
     return n;
   };
   for (const auto& st : plan_redistribute(from, to)) {
-    const double local = bytes / shards(cur);
-    const double n = static_cast<double>(from.mesh.size(st.mesh_dim));
-    if (st.from.shards() && st.to.is_replicate()) cost += local * n;             // all_gather
-    else if (st.from.shards() && st.to.shards()) cost += local;                  // all_to_all
-    else if (st.from.is_partial() && st.to.is_replicate()) cost += 2.0 * local;  // all_reduce
-    else if (st.from.is_partial() && st.to.is_shard()) cost += local;            // reduce_scatter
-    else cost += 0.0;                                                            // local chunk / scale
+    cost += st.transition->cost(bytes / shards(cur), static_cast<double>(from.mesh.size(st.mesh_dim)));
     cur[st.mesh_dim] = st.to;
   }
   return cost;

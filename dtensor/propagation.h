@@ -71,8 +71,9 @@ struct Strategy {
   std::vector<Placements> outputs;
 };
 
-/// Bytes moved to bring `from` to `to` (0 when equal or local-only), PyTorch's cost idea:
-/// all_gather and reduce_scatter move the gathered/scattered bytes, all_reduce twice that.
+/// Bytes moved to bring `from` to `to` (0 when equal or local-only), PyTorch's cost idea: the
+/// sum of the plan's table entries' costs (Transition::cost: all_gather the gathered bytes,
+/// reduce_scatter / all_to_all the local bytes, all_reduce twice them), the same on every rank.
 /// Infinite when infeasible (a shard cannot become Partial).
 double redistribute_cost(const DTensorSpec& from, const Placements& to);
 /// The strategy with the lowest total input redistribution cost (first wins ties).

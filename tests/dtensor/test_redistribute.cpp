@@ -1,5 +1,6 @@
 // Redistribute round trips for every pair of placements on 1-d and 2-d meshes (strided shards
-// included), with uneven sizes and empty shards, and the collectives each transition issues.
+// included), with uneven sizes and empty shards, the collectives each transition issues, and the
+// transition table's comm bytes against the process-group counters.
 #include "dtensor/comm_debug.h"
 #include "dtensor_test_util.h"
 
@@ -177,4 +178,46 @@ TEST_CASE("a FSDP + TP strided parameter reaches [Replicate, Shard] with one dp 
   Tensor z = redistribute(y, {StridedShard(0, 2), Shard(0)});  // the FSDP gradient path: local only
   CHECK(back.total() == 0);
   CHECK(max_abs_diff(local_tensor(z), local_tensor(x)) == 0);
+}
+
+TEST_CASE("the table's comm bytes of every transition equal the process-group counters", "[redistribute][comm]") {
+  // Every pair of placement lists over {Replicate, Shard(0), Shard(1), Partial, StridedShard(0, 2),
+  // StridedShard(1, 3)} (plus the FSDP + TP pairs on 2-d meshes), uneven sizes and empty shards:
+  // redistribute_comm (the plan's entries, not run) names the same calls and bytes per mesh dim
+  // and kind as the groups' CommCounters count when redistribute runs the plan.
+  for (const DeviceMesh& mesh : test_meshes()) {
+    std::vector<Placements> lists = all_placements(mesh, 2, true, true);
+    if (mesh.ndim() == 2)
+      for (int64_t d : {0, 1}) lists.push_back({StridedShard(d, mesh.size(1)), Shard(d)});
+    for (const Shape& shape : {Shape{5, 3}, Shape{1, 7}}) {
+      Tensor full = pattern(shape);
+      for (const auto& from : lists) {
+        Tensor x = make_input(full, mesh, from);
+        for (const auto& to : lists) {
+          bool shard_to_partial = false;
+          for (int i = 0; i < mesh.ndim(); ++i)
+            if (from[i].shards() && to[i].is_partial()) shard_to_partial = true;
+          if (shard_to_partial) continue;
+          INFO("mesh " << mesh.str() << " shape " << ::dtr::detail::cat(shape) << " from " << placements_str(from) << " to "
+                       << placements_str(to));
+          std::vector<std::array<int64_t, kNumCommKinds>> calls(mesh.ndim(), std::array<int64_t, kNumCommKinds>{}),
+              bytes(calls);
+          for (const RedistributeComm& c : redistribute_comm(dtensor_spec(x), to)) {
+            calls[c.mesh_dim][static_cast<int>(c.kind)] += 1;
+            bytes[c.mesh_dim][static_cast<int>(c.kind)] += c.bytes;
+          }
+          for (int i = 0; i < mesh.ndim(); ++i) mesh.group(i)->counters().reset();
+          Tensor y = redistribute(x, to);
+          for (int i = 0; i < mesh.ndim(); ++i)
+            for (int k = 0; k < kNumCommKinds; ++k) {
+              INFO("mesh dim " << i << " " << comm_kind_name(static_cast<CommKind>(k)));
+              const CommCounters& cnt = mesh.group(i)->counters();
+              CHECK(cnt.count(static_cast<CommKind>(k)) == calls[i][k]);
+              CHECK(cnt.nbytes(static_cast<CommKind>(k)) == bytes[i][k]);
+            }
+          CHECK(max_abs_diff(full_tensor(y), full) < 1e-12);
+        }
+      }
+    }
+  }
 }
