@@ -154,6 +154,30 @@ double fma_rate(double (*loop)(int64_t), int threads) {
   return s;
 }
 
+/// Memory bandwidth in bytes/s: STREAM's triad a = b + s * c on `threads` threads over three
+/// arrays of 32 Mi floats (384 MiB, past the caches), best of 10, counting 3 x 4 bytes per element
+/// (STREAM's convention: the write-allocate read of a is not counted). The limit of the
+/// memory-bound ops (elementwise, norms, softmax) beside the FMA peak of the GEMMs.
+double triad_bytes_per_s(int threads) {
+  const size_t n = size_t(32) << 20;
+  float* a = static_cast<float*>(std::aligned_alloc(64, n * sizeof(float)));
+  float* b = static_cast<float*>(std::aligned_alloc(64, n * sizeof(float)));
+  float* c = static_cast<float*>(std::aligned_alloc(64, n * sizeof(float)));
+  if (!a || !b || !c) {
+    std::free(a), std::free(b), std::free(c);
+    return 0;
+  }
+#pragma omp parallel for num_threads(threads) schedule(static)
+  for (size_t i = 0; i < n; ++i) a[i] = 0.0f, b[i] = 1.0f, c[i] = 2.0f;  // first touch by the thread that uses it
+  const double t = best_of(10, [&] {
+#pragma omp parallel for num_threads(threads) schedule(static)
+    for (size_t i = 0; i < n; ++i) a[i] = b[i] + 3.0f * c[i];
+  });
+  g_sink = g_sink + a[n / 2];
+  std::free(a), std::free(b), std::free(c);
+  return 3.0 * sizeof(float) * static_cast<double>(n) / t;
+}
+
 }  // namespace
 
 int bench_cpu_peak(int argc, char** argv) {
@@ -190,6 +214,7 @@ int bench_cpu_peak(int argc, char** argv) {
   const double peak = threads * units * lanes * 2.0 * hz;
   const double peak_avx2 = threads * ymm_units * 8 * 2.0 * hz;
   const double loop = (avx512 ? zmm_all : ymm_all) * lanes * 2.0;
+  const double bw = triad_bytes_per_s(threads);
 
   char buf[1024];
   std::snprintf(buf, sizeof buf,
@@ -212,6 +237,7 @@ int bench_cpu_peak(int argc, char** argv) {
               ymm_units, hz * 1e-9, peak_avx2 * 1e-9, ymm1);
   std::printf("  measured FMA loop on %d threads at once: %.1f GFLOP/s (%.1f%% of the theoretical peak; ymm %.1f)\n",
               threads, loop * 1e-9, 100.0 * loop / peak, ymm_all * 16.0 * 1e-9);
+  std::printf("  memory bandwidth (STREAM triad, %d threads, 384 MiB): %.1f GB/s\n", threads, bw * 1e-9);
   nlohmann::json j = {{"bench", "cpu-peak"},
                       {"model_name", cpu.model_name},
                       {"vendor", cpu.vendor},
@@ -228,6 +254,7 @@ int bench_cpu_peak(int argc, char** argv) {
                       {"peak_avx2_gflops", peak_avx2 * 1e-9},
                       {"fma_loop_gflops", loop * 1e-9},
                       {"fma_loop_avx2_gflops", ymm_all * 16.0 * 1e-9},
+                      {"triad_gb_per_s", bw * 1e-9},
                       {"derivation", buf}};
   std::printf("%s\n", j.dump().c_str());
   return 0;

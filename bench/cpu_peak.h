@@ -10,7 +10,8 @@ namespace dtr::bench {
 /// microarchitecture named by cpuid family / model (table in cpu_peak.cpp), or, for a model not
 /// in the table, the FMA instructions per cycle measured by a loop of 16 independent FMA chains
 /// rounded to an integer. The same loop run on all threads at once gives the measured FMA-loop
-/// peak (the best any GEMM can do here). Last stdout line: one JSON object (peak_gflops,
-/// peak_avx2_gflops, clock_ghz, fma_units, lanes, cores, fma_loop_gflops, derivation, ...).
+/// peak (the best any GEMM can do here), and STREAM's triad the memory bandwidth (the limit of
+/// the memory-bound ops). Last stdout line: one JSON object (peak_gflops, peak_avx2_gflops,
+/// clock_ghz, fma_units, lanes, cores, fma_loop_gflops, triad_gb_per_s, derivation, ...).
 int bench_cpu_peak(int argc, char** argv);
 }  // namespace dtr::bench

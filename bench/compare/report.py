@@ -60,7 +60,7 @@ def summarise(rows, a, peak):
             d = dict(scenario=s, tag=tag, impl=impl, note=rs[0].get("note", ""), reps=len(rs), shape=sh, world=world,
                      step_ms=step, tokens_per_s=statistics.median(r["tokens_per_s"] for r in rs),
                      model_gflops_per_s=gfs, mfu=gfs / peak["peak_gflops"], mfu_theoretical=gfs / theo if theo else None,
-                     attention_flop_share=attention_flops(sh, world) / flops,
+                     attention_flop_share=attention_flops(sh, world) / flops, flops=flops,
                      peak_rss_mib=statistics.median(r["peak_rss_mib"] for r in rs),
                      step_ms_all=[round(r["step_ms_median"], 1) for r in rs], load_all=[r.get("load") for r in rs],
                      phases={k: statistics.median((r["phases"].get(k) or 0.0) for r in rs)
@@ -164,11 +164,14 @@ def seq_table(table):
                  f"x{d['peak_rss_mib'] / t['peak_rss_mib']:.2f}" if t else "-",
                  f"{100 * att / d['step_ms']:.1f}%" if att is not None else "-", f"{100 * d['attention_flop_share']:.1f}%"]
         md.append("| " + " | ".join(cells) + " |")
-    return md, ["  ".join(c.strip() for c in l.strip("|").split("|")) for l in md[2:]]
+    return md, ["  ".join(c.strip() for c in l.strip("|").split("|")) for l in md[:1] + md[2:]]
 
 
-def profile_table(table):
-    """dtr's per-op-family ms per step (median rep) of the untagged scenarios: where the step goes."""
+def profile_table(table, peak):
+    """dtr's per-op-family ms per step (median rep) of the untagged scenarios: where the step goes,
+    and two bounds: the GEMM family's own rate (matmul FLOPs = model FLOPs - attention, over the
+    gemm ms; the op profile is rank 0's, i.e. per rank under dp) against the SGEMM peak, and the
+    MFU the step would have if everything outside the GEMMs took no time."""
     cols = [(s, tag, res["dtr"]) for s, tag, res in table if "dtr" in res and res["dtr"].get("op_families_ms")
             and not tag]
     if not cols:
@@ -186,6 +189,20 @@ def profile_table(table):
             v = d["op_families_ms"].get(k)
             cells.append("-" if v is None else f"{v:.0f} ({100 * v / d['step_ms']:.1f}%)")
         md.append("| " + " | ".join(cells) + " |")
+    rate, bound = ["GEMM family GFLOP/s (% of SGEMM peak)"], ["MFU if only the GEMMs took time"]
+    for s, _, d in cols:
+        g = d["op_families_ms"].get("gemm")
+        per_rank = d["world"] if d["world"] > 1 else 1
+        att = attention_flops(d["shape"], d["world"])
+        if not g:
+            rate.append("-"), bound.append("-")
+            continue
+        gf = (d["flops"] - att) / per_rank / (g / 1e3) * 1e-9
+        peak_rank = peak["peak_gflops"] / per_rank  # dp: ranks x 1 thread share the machine's peak
+        rate.append(f"{gf:.1f} ({100 * gf / peak_rank:.1f}%)")
+        bound.append(f"{100 * d['mfu'] * d['step_ms'] / g:.1f}%")
+    md.append("| " + " | ".join(rate) + " |")
+    md.append("| " + " | ".join(bound) + " |")
     return md
 
 
@@ -231,17 +248,20 @@ def main():
         pk += (f". Theoretical FMA peak {theo['peak_gflops']:.1f} GFLOP/s = {theo['derivation']}; the measured FMA "
                f"loop on all cores reached {theo['fma_loop_gflops']:.1f}; the SGEMM peak is "
                f"{100 * peak['peak_gflops'] / theo['peak_gflops']:.1f}% of it")
+        if theo.get("triad_gb_per_s"):
+            pk += (f". Memory bandwidth (STREAM triad, all cores) {theo['triad_gb_per_s']:.1f} GB/s: the limit of the "
+                   f"memory-bound ops (an op moving B bytes takes at least B / that)")
     cfg = ("Model: SmolLM2-135M shape (hidden 576, intermediate 1536, heads 9/3, vocab 49152, tied), LoRA r 8 alpha 16; "
            "each row's layers / seq x batch (per rank) in the table; dp: ranks x 1 thread")
     sq_md, sq_txt = seq_table(table)
-    prof = profile_table(table)
+    prof = profile_table(table, peak)
     rec = recipe_rows(a.recipe)
     out = [cfg, pk] + txt
     if sq_txt:
         out += ["", "sequence-length scaling (tokens per step equal):"] + sq_txt
     if prof:
         out += ["", "dtr per-op-family profile (ms per step):"] + ["  ".join(c.strip() for c in l.strip("|").split("|"))
-                                                                  for l in prof[2:]]
+                                                                  for l in prof[:1] + prof[2:]]
     rec_line = None
     if rec:
         rec_line = (f"real recipe ({a.recipe_desc}): {rec['tokens_per_s']:.0f} tokens/s, step {rec['step_ms']:.0f} ms "
