@@ -20,6 +20,24 @@ std::string sibling(const std::string& path, const char* prefix) {
   return (parent / (prefix + p.filename().string())).string();
 }
 
+/// `j` as text: one top-level field per line, nested objects indented (extra stays easy to read
+/// and edit), but each state_dict entry on one line (its chunk lists would otherwise take a
+/// line per number).
+std::string dump_metadata(const nlohmann::json& j) {
+  nlohmann::json rest = j;
+  rest.erase("state_dict");
+  std::string text = rest.dump(1);  // "{\n ...\n}"
+  std::string sd = " \"state_dict\": {";
+  bool first = true;
+  for (const auto& [key, v] : j.at("state_dict").items()) {
+    sd += (first ? "\n  " : ",\n  ") + nlohmann::json(key).dump() + ": " + v.dump();
+    first = false;
+  }
+  sd += first ? "}" : "\n }";
+  text.insert(text.size() - 2, ",\n" + sd);  // rest always holds world_size, extra, format, files
+  return text + "\n";
+}
+
 }  // namespace
 
 FileSystemWriter::FileSystemWriter(std::string path) : path_(fs::path(std::move(path)).lexically_normal().string()) {
@@ -60,7 +78,7 @@ void FileSystemWriter::finish(const Metadata& md) {
   for (int r = 0; r < md.world_size; ++r) files.push_back(storage_name(r));
   j["files"] = files;
   {  // fsync'ed like the rank files; the directory entries follow
-    const std::string text = j.dump(1) + "\n";
+    const std::string text = dump_metadata(j);
     AtomicFileWriter f((fs::path(tmp) / "metadata.json").string());
     f.write(text.data(), text.size());
     f.commit();
