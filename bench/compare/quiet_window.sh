@@ -9,12 +9,13 @@
 #             dtr's AVX-512 and AVX2 kernels beside raw Eigen)                        ~6 min
 #   dp4       run.sh dp4 (4 ranks x 1 thread, LoRA), 1 rep: comm_exposed at dp 4       ~1.5 min
 #   seq       LoRA at seq 256 / 512 / 1024 / 2048 with batch 8 / 4 / 2 / 1 (2048 tokens per
-#             step), 1 rep each: tokens/s, peak RSS, attention's share                  ~3 min
+#             step), 1 rep each: tokens/s, peak RSS, attention's share                ~2.5 min
 #   layers30  LoRA on the full 30-layer SmolLM2 shape, 1 rep                             ~1.5 min
 #   recipe    the real recipe (configs/smollm2_lora_perlfaq.yaml, 4 ranks, FSDP2, the real
 #             model and data) through dtr-train, 5 steps, no checkpoint / validation    ~1.5 min
-#   others    the other bench/compare scripts that exist (moe.sh; the Gemma 3 / Qwen3 and
-#             head scripts once they have landed), each under its own time limit     <= 7 min
+#   others    the other bench/compare scripts that exist: families.sh (Gemma 3 / Qwen3 rows,
+#             into this table), head.sh (262k-vocabulary head), moe.sh, each under its own
+#             limit (250 / 170 / 120 s) and skipped if it would pass BUDGET_S (1320 s)  <= 9 min
 # One table: out/bench/quiet-<date>.{md,json} (report.py), raw rows in quiet-<stamp>.jsonl, logs
 # next to it. Environment: DTR_BUILD_DIR (default build/, dtr-bench and dtr-train must be built:
 # nothing is built here), DTR_BENCH_VENV (default /work/.venv-ref when it imports torch, else
@@ -61,6 +62,7 @@ section() {
   fi
 }
 RUN=(bash "$HERE/run.sh" --no-build --raw "$RAW" --no-report)
+logged() { local log=$1; shift; "$@" >"$log" 2>&1; }  # logged <file> <command...>
 
 echo "quiet window: $(lscpu | sed -n 's/^Model name: *//p'), $(nproc) cores, load average $(cut -d' ' -f1-3 /proc/loadavg);" \
      "dtr $(git -C "$ROOT" rev-parse --short HEAD 2>/dev/null || echo '?'); raw $RAW"
@@ -75,7 +77,7 @@ P=(--peak-json "$PEAK")
 has dp4 && section dp4 "${RUN[@]}" "${P[@]}" --scenarios dp4 --reps 1 --steps 3 --warmup 1
 if has seq; then
   for s in 256 512 1024 2048; do
-    section "seq$s" "${RUN[@]}" "${P[@]}" --scenarios lora --reps 1 --seq "$s" --batch $(( 2048 / s )) --steps 3 --warmup 1 --tag "seq$s"
+    section "seq$s" "${RUN[@]}" "${P[@]}" --scenarios lora --reps 1 --seq "$s" --batch $(( 2048 / s )) --steps 2 --warmup 1 --tag "seq$s"
   done
 fi
 has layers30 && section layers30 "${RUN[@]}" "${P[@]}" --scenarios lora --reps 1 --layers 30 --steps 3 --warmup 1 --tag "30 layers"
@@ -96,17 +98,25 @@ recipe() {
 }
 has recipe && section recipe recipe
 
-# Other engineers' bench/compare scripts, when present, each under a hard time limit so that the
-# whole run stays within the window. name:limit-seconds:command.
+# The other bench/compare scripts, when present, each under a hard time limit, and skipped when
+# its limit would take the run past BUDGET_S (22 minutes): name:limit-seconds:command. families.sh
+# (issue 18) appends its Gemma 3 / Qwen3 rows to this run's table; head.sh (the 262k-vocabulary
+# head) and moe.sh (one MoE layer) print their own tables (kept in <raw>.<name>.log).
+BUDGET_S=${BUDGET_S:-1320}
 if has others; then
-  for spec in "moe:150:bash $HERE/moe.sh --reps 2" \
-              "families:240:bash $HERE/families.sh" \
-              "head:150:bash $HERE/head.sh"; do
+  for spec in "families:250:bash $HERE/families.sh --no-build --raw $RAW --peak-json $PEAK --no-report" \
+              "head:170:bash $HERE/head.sh --shapes gemma3:1024,smollm2:1024" \
+              "moe:120:bash $HERE/moe.sh --reps 2"; do
     IFS=: read -r name limit cmd <<<"$spec"
     script=${cmd#bash }; script=${script%% *}
     [ -f "$script" ] || { echo "== $name: $script not present, skipped"; continue; }
+    if [ "$DRY" = 0 ] && (( $(date +%s) - T0 + limit > BUDGET_S )); then
+      echo "== $name: skipped, its ${limit}s limit would pass the ${BUDGET_S}s budget (+$(( $(date +%s) - T0 ))s so far)"
+      SUMMARY+=("$name skipped (budget)")
+      continue
+    fi
     # shellcheck disable=SC2086
-    section "$name" timeout "$limit" $cmd >"${RAW%.jsonl}.$name.log" 2>&1
+    section "$name" logged "${RAW%.jsonl}.$name.log" timeout "$limit" $cmd
     [ "$DRY" = 1 ] || tail -20 "${RAW%.jsonl}.$name.log"
   done
 fi

@@ -173,7 +173,7 @@ def profile_table(table, peak):
     gemm ms; the op profile is rank 0's, i.e. per rank under dp) against the SGEMM peak, and the
     MFU the step would have if everything outside the GEMMs took no time."""
     cols = [(s, tag, res["dtr"]) for s, tag, res in table if "dtr" in res and res["dtr"].get("op_families_ms")
-            and not tag]
+            and not tag and s in ("lora", "full", "dp", "dp4")]  # the Llama shape (attention_flops' model)
     if not cols:
         return []
     fams = []
@@ -194,10 +194,10 @@ def profile_table(table, peak):
         g = d["op_families_ms"].get("gemm")
         per_rank = d["world"] if d["world"] > 1 else 1
         att = attention_flops(d["shape"], d["world"])
-        if not g:
+        if not g or not d.get("flops"):
             rate.append("-"), bound.append("-")
             continue
-        gf = (d["flops"] - att) / per_rank / (g / 1e3) * 1e-9
+        gf = (d["flops"] - att) / per_rank / (g / 1e3) * 1e-9  # the op profile is rank 0's
         peak_rank = peak["peak_gflops"] / per_rank  # dp: ranks x 1 thread share the machine's peak
         rate.append(f"{gf:.1f} ({100 * gf / peak_rank:.1f}%)")
         bound.append(f"{100 * d['mfu'] * d['step_ms'] / g:.1f}%")
