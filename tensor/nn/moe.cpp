@@ -8,6 +8,7 @@
 #include "tensor/autograd/checkpoint.h"
 #include "tensor/autograd/grad_mode.h"
 #include "tensor/ops.h"
+#include "tensor/ops/nn_swiglu.h"
 
 namespace dtr::nn {
 namespace {
@@ -79,9 +80,8 @@ Tensor grouped_linear(const Tensor& x, const Shape& counts, const Tensor& w, con
 
 /// Experts' SwiGLU MLP on rows sorted by expert.
 Tensor expert_mlp(const Tensor& x, const Shape& counts, const ExpertWeights& w) {
-  const int64_t I = w.w1.size(1) / 2;
   const Tensor gu = grouped_linear(x, counts, w.w1, w.a1, w.b1, w.scale);
-  return grouped_linear(swiglu(gu.narrow(1, 0, I), gu.narrow(1, I, I)), counts, w.w2, w.a2, w.b2, w.scale);
+  return grouped_linear(swiglu(gu), counts, w.w2, w.a2, w.b2, w.scale);
 }
 
 }  // namespace

@@ -6,10 +6,12 @@
 // "swiglu_backward" {g, gate, up} -> {dgate, dup} instead of mul, mul, silu_backward. The backward
 // dispatches that op directly (not a composition), so distributed tensors need its sharding rule
 // (dtensor/rules/pointwise.cpp). Source: Shazeer 2020, "GLU Variants Improve Transformer";
-// PyTorch F.silu (and its derivative silu_backward).
+// PyTorch F.silu (and its derivative silu_backward). swiglu(gate_up) takes both halves of one
+// [..., 2I] tensor (MoE experts' gate_up_proj output) and returns one [..., 2I] gradient.
 #include "tensor/autograd/node.h"
 #include "tensor/dispatch.h"
 #include "tensor/ops.h"
+#include "tensor/ops/nn_swiglu.h"
 
 namespace dtr {
 
@@ -27,6 +29,24 @@ Tensor swiglu(const Tensor& gate, const Tensor& up) {
              std::vector<Tensor> d = dispatch(OpCall{bw, {g[0], sg.get("swiglu"), su.get("swiglu")}, {}});
              return std::vector<Tensor>{n[0] ? d[0] : Tensor(), n[1] ? d[1] : Tensor()};
            });
+  }
+  return out;
+}
+
+Tensor swiglu(const Tensor& gate_up) {
+  DTR_CHECK(gate_up.dim() >= 1 && gate_up.size(-1) > 0 && gate_up.size(-1) % 2 == 0, "swiglu: gate_up ",
+            gate_up.sizes(), " must have an even, non-zero last dim (gate half, then up half)");
+  DTR_CHECK(is_floating(gate_up.dtype()), "swiglu: gate_up must be floating, got ", gate_up.dtype());
+  const int64_t d = gate_up.dim() - 1, I = gate_up.size(-1) / 2;
+  static const OpDef* op = op_def("swiglu");
+  Tensor out = dispatch1(OpCall{op, {gate_up.narrow(d, 0, I), gate_up.narrow(d, I, I)}, {}});
+  if (needs_grad({gate_up})) {
+    record("swiglu", {gate_up}, out, [sx = SavedTensor(gate_up), d, I](const std::vector<Tensor>& g, const std::vector<bool>&) {
+      static const OpDef* bw = op_def("swiglu_backward");
+      const Tensor x = sx.get("swiglu");
+      std::vector<Tensor> dx = dispatch(OpCall{bw, {g[0], x.narrow(d, 0, I), x.narrow(d, I, I)}, {}});
+      return std::vector<Tensor>{cat({dx[0], dx[1]}, d)};
+    });
   }
   return out;
 }

@@ -1,11 +1,13 @@
 // swiglu(gate, up) = silu(gate) * up: forward against the silu/mul composition (f64, f32,
 // bf16, strided inputs), backward against finite differences and the composition's gradients,
-// large |gate| without NaN/Inf, errors on mismatched shapes / dtypes.
+// large |gate| without NaN/Inf, errors on mismatched shapes / dtypes; the joined form
+// swiglu(gate_up) against its halves.
 #include <catch2/catch.hpp>
 #include <cmath>
 
 #include "gradcheck.h"
 #include "tensor/dispatch.h"
+#include "tensor/ops/nn_swiglu.h"
 #include "tensor/random.h"
 
 using namespace dtr;
@@ -91,6 +93,29 @@ TEST_CASE("swiglu gradients equal the composition's", "[swiglu][grad]") {
     CHECK(max_abs_diff(g1.grad(), g2.grad()) < tol);
     CHECK(max_abs_diff(u1.grad(), u2.grad()) < tol);
   }
+}
+
+TEST_CASE("swiglu(gate_up) equals swiglu of its halves, gradient as one tensor", "[swiglu][grad]") {
+  manual_seed(15);
+  auto halves = [](const Tensor& x) {
+    const int64_t I = x.size(-1) / 2, d = x.dim() - 1;
+    return swiglu(x.narrow(d, 0, I), x.narrow(d, I, I));
+  };
+  CHECK(gradcheck([](const std::vector<Tensor>& v) { return swiglu(v[0]); }, {leaf({3, 8})}) == "");
+  CHECK(gradcheck([](const std::vector<Tensor>& v) { return swiglu(v[0]); }, {leaf({2, 3, 6}, -8, 8)}) == "");
+  for (DType dt : {DType::f64, DType::f32}) {
+    INFO(dt);
+    Tensor x0 = uniform({70, 1000}, -6, 6, TensorOptions(dt)), w = normal({70, 500}, 0.0, 1.0, TensorOptions(dt));
+    Tensor x1 = x0.clone().set_requires_grad(true), x2 = x0.clone().set_requires_grad(true);
+    const Tensor y1 = swiglu(x1), y2 = halves(x2);
+    CHECK(max_abs_diff(y1, y2) == 0.0);  // the same kernel on the same views
+    sum(mul(y1, w)).backward();
+    sum(mul(y2, w)).backward();
+    CHECK(x1.grad().is_contiguous());
+    CHECK(max_abs_diff(x1.grad(), x2.grad()) == 0.0);
+  }
+  CHECK_THROWS_WITH(swiglu(zeros({2, 3})), Catch::Contains("swiglu: gate_up [2, 3]") && Catch::Contains("even"));
+  CHECK_THROWS_WITH(swiglu(zeros({2, 4}, TensorOptions(DType::i64))), Catch::Contains("floating"));
 }
 
 TEST_CASE("swiglu at large |gate| stays finite", "[swiglu]") {
