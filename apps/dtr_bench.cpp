@@ -7,8 +7,9 @@
 //
 // dtr-bench train-step [--layers 30] [--hidden 576] [--intermediate 1536] [--heads 9]
 //     [--kv-heads 3] [--vocab 49152] [--seq 256] [--batch 4] [--lora-rank 8] [--lora-alpha 16]
-//     [--steps 10] [--warmup 2] [--threads T] [--full-ft] [--fsdp]
-//   Llama (SmolLM2-135M shape by default: tied embeddings, rope theta 1e5, rms eps 1e-5), random
+//     [--steps 10] [--warmup 2] [--threads T] [--full-ft] [--fsdp] [--model CONFIG] [--save-config F]
+//   Llama (SmolLM2-135M shape by default: tied embeddings, rope theta 1e5, rms eps 1e-5; --model:
+//   any family from a config.json / .gguf's metadata / built-in shape, --layers cuts it), random
 //   init and random token ids / labels (fixed seed, labels used unshifted), LoRA on
 //   q,k,v,o,gate,up,down (or --full-ft: every weight trainable), AdamW lr 1e-4. --fsdp (under
 //   mpirun): fully_shard per decoder layer + root over the world (parallelize_model). Prints the
@@ -78,7 +79,7 @@ int main(int argc, char** argv) {
        "pipeline bubble per schedule vs (p-1)/(m+p-1), peak memory per stage (under mpirun, pp = world)",
        "[--layers 8] [--hidden 256] [--intermediate 512] [--heads 8] [--kv-heads 4] [--vocab 1024] [--seq 128] "
        "[--rows 2] [--micro 4,8,16] [--steps 3] [--threads T]"},
-      {"train-step", dtr::bench::bench_train_step, "Llama LoRA / full training step: phases, per-op profile, MFU",
+      {"train-step", dtr::bench::bench_train_step, "LoRA / full training step (Llama, or --model any family): phases, per-op profile, MFU",
        "[--layers 30] [--hidden 576] [--intermediate 1536] [--heads 9] [--kv-heads 3] [--vocab 49152] [--seq 256] "
        "[--batch 4] [--lora-rank 8] [--lora-alpha 16] [--steps 10] [--warmup 2] [--threads T] [--full-ft] [--fsdp]"},
   };

@@ -4,6 +4,7 @@
 #include <sys/resource.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <map>
@@ -15,8 +16,10 @@
 #include <nlohmann/json.hpp>
 
 #include "bench/bench_util.h"
+#include "models/formats/gguf.h"
 #include "models/transformer/causal_lm.h"
 #include "models/transformer/flops.h"
+#include "models/transformer/memory_plan.h"
 #include "models/lora/inject.h"
 #include "parallel/fsdp/fully_shard.h"
 #include "parallel/mesh_context.h"
@@ -35,6 +38,7 @@
 namespace dtr::bench {
 namespace {
 
+/// The Llama of the shape flags.
 LlamaConfig llama_config(const TrainStepConfig& c) {
   LlamaConfig l;
   l.vocab_size = c.vocab;
@@ -98,7 +102,7 @@ struct Phases {
 constexpr const char* kHelp =
     "dtr-bench train-step [--layers 30] [--hidden 576] [--intermediate 1536] [--heads 9] [--kv-heads 3]\n"
     "    [--vocab 49152] [--seq 256] [--batch 4] [--lora-rank 8] [--lora-alpha 16] [--steps 10] [--warmup 2]\n"
-    "    [--threads T] [--full-ft] [--fsdp] [--device cpu|cuda]\n"
+    "    [--threads T] [--full-ft] [--fsdp] [--device cpu|cuda] [--model CONFIG] [--save-config PATH]\n"
     "Llama (SmolLM2-135M shape by default, tied embeddings), random init, random token ids and labels\n"
     "(fixed seed, labels unshifted), LoRA on q,k,v,o,gate,up,down (--full-ft: all weights trainable),\n"
     "AdamW lr 1e-4; --fsdp under mpirun: fully_shard per decoder layer + root over the world.\n"
@@ -109,6 +113,9 @@ constexpr const char* kHelp =
     "  attention = 12*L*H*D*S*T\n"
     "  full FT   = 6*N*T + attention\n"
     "  LoRA      = 4*N*T + 6*T*sum_adapters r*(in+out) + attention   (frozen base: no weight grads)\n"
+    "--model CONFIG: the model of a config.json (or HF directory), a .gguf (metadata only) or a built-in\n"
+    "shape name, any family (Qwen3, Gemma 3, ...), random init; --layers then cuts it to its first layers\n"
+    "and the other shape flags are unused. --save-config PATH writes the resolved config.json.\n"
     "Last stdout line: one JSON object (step_ms_median, tokens_per_s, model_flops_per_step, peak_rss_mib,\n"
     "phases{forward_ms, backward_ms, optimizer_ms, comm_exposed_ms, other_ms}, ...).\n";
 
@@ -132,8 +139,13 @@ int parse(int argc, char** argv, TrainStepConfig& c) {
       return true;
     };
     bool ok = true;
-    if (a == "--layers") ok = next_i(c.layers, 1);
-    else if (a == "--hidden") ok = next_i(c.hidden, 1);
+    if (a == "--layers") {
+      ok = next_i(c.layers, 1);
+      c.layers_given = true;
+    } else if (a == "--model" || a == "--save-config") {
+      ok = i + 1 < argc;
+      if (ok) (a == "--model" ? c.model : c.save_config) = argv[++i];
+    } else if (a == "--hidden") ok = next_i(c.hidden, 1);
     else if (a == "--intermediate") ok = next_i(c.intermediate, 1);
     else if (a == "--heads") ok = next_i(c.heads, 1);
     else if (a == "--kv-heads") ok = next_i(c.kv_heads, 1);
@@ -171,7 +183,7 @@ int parse(int argc, char** argv, TrainStepConfig& c) {
       );
     return 2;
   }
-  if (c.hidden % c.heads != 0 || c.heads % c.kv_heads != 0) {
+  if (c.model.empty() && (c.hidden % c.heads != 0 || c.heads % c.kv_heads != 0)) {
     if (rank() == 0)
       std::fprintf(stderr, "dtr-bench train-step: heads (%lld) must divide hidden (%lld) and kv-heads (%lld) heads\n",
                    static_cast<long long>(c.heads), static_cast<long long>(c.hidden),
@@ -198,16 +210,37 @@ double sgemm_peak_flops() {
   return best;
 }
 
+ModelConfig train_step_model_config(const TrainStepConfig& c) {
+  if (c.model.empty()) return llama_config(c);
+  ModelConfig m;
+  const std::string& p = c.model;
+  const bool gguf_file = p.size() > 5 && p.compare(p.size() - 5, 5, ".gguf") == 0;
+  const std::vector<std::string> names = builtin_model_names();
+  if (gguf_file) m = model_config_from_gguf(gguf::GGUFFile::open(p));
+  else if (std::find(names.begin(), names.end(), p) != names.end()) m = builtin_model_config(p);
+  else m = load_model_config(p);
+  if (c.layers_given) {
+    m.num_hidden_layers = c.layers;
+    const std::vector<std::string> types = m.layer_types;  // cut, or repeated (Gemma 3: period 6)
+    m.layer_types.clear();
+    for (int64_t l = 0; l < c.layers && !types.empty(); ++l) m.layer_types.push_back(types[l % types.size()]);
+  }
+  m.max_position_embeddings = std::max(m.max_position_embeddings, c.seq);
+  m.validate("dtr-bench train-step --model " + p);
+  return m;
+}
+
 double train_step_model_flops(const TrainStepConfig& c) {
   // The formula lives with the model (models/transformer/flops.h); dtr-train uses it too.
-  const LlamaConfig lc = llama_config(c);
-  const double h = static_cast<double>(c.hidden), f = static_cast<double>(c.intermediate);
-  const double D = h / static_cast<double>(c.heads);
-  const double q = static_cast<double>(c.heads) * D, kv = static_cast<double>(c.kv_heads) * D;
+  const ModelConfig m = train_step_model_config(c);
+  const double h = static_cast<double>(m.hidden_size), f = static_cast<double>(m.intermediate_size);
+  const double D = static_cast<double>(llama_head_dim(m));
+  const double q = static_cast<double>(m.num_attention_heads) * D, kv = static_cast<double>(m.num_key_value_heads) * D;
   const double r = static_cast<double>(c.lora_rank);
   // Adapters: (in, out) of q, k, v, o, gate, up, down.
-  const double adapters = static_cast<double>(c.layers) * r * ((h + q) + 2 * (h + kv) + (q + h) + 2 * (h + f) + (f + h));
-  return llama_train_flops_per_token(lc, !c.full_ft, adapters, static_cast<double>(c.seq)) *
+  const double adapters =
+      static_cast<double>(m.num_hidden_layers) * r * ((h + q) + 2 * (h + kv) + (q + h) + 2 * (h + f) + (f + h));
+  return llama_train_flops_per_token(m, !c.full_ft, adapters, static_cast<double>(c.seq)) *
          static_cast<double>(c.batch * c.seq);
 }
 
@@ -228,8 +261,16 @@ int bench_train_step(int argc, char** argv) {
     ctx.build_mesh(dev);
   }
 
+  ModelConfig mc;
+  try {
+    mc = train_step_model_config(c);
+    if (!c.save_config.empty() && root) save_model_config(mc, c.save_config);
+  } catch (const Error& e) {
+    if (root) std::fprintf(stderr, "dtr-bench train-step: %s\n", e.what());
+    return 2;
+  }
   manual_seed(1234);
-  auto model = std::make_shared<LlamaForCausalLM>(llama_config(c));
+  auto model = std::make_shared<CausalLM>(mc);
   if (!c.full_ft) {
     LoraConfig lc;
     lc.target_modules = {"q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"};
@@ -253,7 +294,7 @@ int bench_train_step(int argc, char** argv) {
 
   // Random token ids and labels from a fixed seed (per rank), labels used as given (no shift).
   std::mt19937_64 gen(42 + static_cast<uint64_t>(rank()));
-  std::uniform_int_distribution<int64_t> tok(0, c.vocab - 1);
+  std::uniform_int_distribution<int64_t> tok(0, mc.vocab_size - 1);
   std::vector<int64_t> ids_v(static_cast<size_t>(c.batch * c.seq)), lab_v(ids_v.size());
   for (auto& x : ids_v) x = tok(gen);
   for (auto& x : lab_v) x = tok(gen);
@@ -271,7 +312,7 @@ int bench_train_step(int argc, char** argv) {
 #endif
   };
   Phases ph;
-  double loss_v = 0;
+  double loss_v = 0, initial_loss = NAN;
   auto step = [&](bool record) {
     const double c0 = fsdp_exposed_comm_seconds(), t0 = now_s();
     Tensor loss = causal_lm_loss(model->call(ids), labels, false);
@@ -287,6 +328,7 @@ int bench_train_step(int argc, char** argv) {
     const double c3 = fsdp_exposed_comm_seconds(), t3 = now_s();
     loss_v = static_cast<double>(loss.detach().item<float>());
     const double t4 = now_s();
+    if (std::isnan(initial_loss)) initial_loss = loss_v;
     if (!record) return;
     const double comm = c3 - c0;
     ph.step.push_back(t4 - t0);
@@ -319,9 +361,10 @@ int bench_train_step(int argc, char** argv) {
     std::printf("dtr-bench train-step: %s on %s, %lld layers hidden %lld inter %lld heads %lld/%lld vocab %lld, "
                 "batch %lld x seq %lld per rank, world %d, %d threads/rank; %lld params, %lld trainable; "
                 "%d timed steps after %d warm-up; loss %.4f\n",
-                c.full_ft ? "full fine-tune" : "LoRA", dev.str().c_str(), static_cast<long long>(c.layers),
-                static_cast<long long>(c.hidden), static_cast<long long>(c.intermediate),
-                static_cast<long long>(c.heads), static_cast<long long>(c.kv_heads), static_cast<long long>(c.vocab),
+                c.full_ft ? "full fine-tune" : "LoRA", dev.str().c_str(), static_cast<long long>(mc.num_hidden_layers),
+                static_cast<long long>(mc.hidden_size), static_cast<long long>(mc.intermediate_size),
+                static_cast<long long>(mc.num_attention_heads), static_cast<long long>(mc.num_key_value_heads),
+                static_cast<long long>(mc.vocab_size),
                 static_cast<long long>(c.batch), static_cast<long long>(c.seq), world, num_threads(),
                 static_cast<long long>(total), static_cast<long long>(trainable), c.steps, c.warmup, loss_v);
     std::printf("\nphase (median over steps, rank 0)  ms       %% of step\n");
@@ -389,8 +432,11 @@ int bench_train_step(int argc, char** argv) {
     for (const auto& [n, f] : fams) fj[n] = f.second / n_steps * ms;
     fj["(outside ops)"] = (sum_steps - in_ops) / n_steps * ms;
     j["op_families_ms"] = fj;
-    j["config"] = {{"layers", c.layers}, {"hidden", c.hidden},      {"intermediate", c.intermediate},
-                   {"heads", c.heads},   {"kv_heads", c.kv_heads},  {"vocab", c.vocab},
+    j["initial_loss"] = initial_loss;
+    j["config"] = {{"model_type", mc.model_type}, {"model", c.model},
+                   {"layers", mc.num_hidden_layers}, {"hidden", mc.hidden_size}, {"intermediate", mc.intermediate_size},
+                   {"heads", mc.num_attention_heads}, {"kv_heads", mc.num_key_value_heads},
+                   {"head_dim", llama_head_dim(mc)}, {"vocab", mc.vocab_size},
                    {"seq", c.seq},       {"batch", c.batch},        {"lora_rank", c.lora_rank},
                    {"lora_alpha", c.lora_alpha}, {"full_ft", c.full_ft}, {"fsdp", c.fsdp},
                    {"world", world},     {"threads", num_threads()}, {"steps", c.steps},

@@ -16,7 +16,12 @@ from types import SimpleNamespace
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from torch_llama_lora import model_flops  # noqa: E402  (no torch import at module level)
 
-SCEN = {"lora": "LoRA r8", "full": "full FT", "dp": "dp 2x1 LoRA", "dp4": "dp 4x1 LoRA"}
+SCEN = {"lora": "LoRA r8", "full": "full FT", "dp": "dp 2x1 LoRA", "dp4": "dp 4x1 LoRA", "gemma3": "Gemma3 LoRA",
+        "qwen3": "Qwen3 LoRA"}
+# Families (run.sh gemma3 / qwen3, families.sh): the model is the dtr row's config, the FLOPs the
+# PyTorch row's (torch_family_lora.model_flops on the config.json both sides built), checked
+# against dtr's own count like the Llama's.
+FAMILIES = ("gemma3", "qwen3")
 WORLD = {"dp": 2, "dp4": 4}
 # Targets of issue 24 (tokens/s ratio, MFU against the measured SGEMM peak).
 TARGETS = {"lora": (1.5, 0.85), "full": (1.4, 0.80), "dp": (1.8, None)}
@@ -48,19 +53,27 @@ def summarise(rows, a, peak):
     for s, tag in keys:
         world = WORLD.get(s, 1)
         res = {}
+        mine = [r for r in rows if r["scenario"] == s and r.get("tag", "") == tag]
+        fam = None
+        if s in FAMILIES:  # (flops, vocab) of the family's config
+            ref = next((r for r in mine if r["impl"] == "pytorch"), mine[0])
+            fam = (ref["model_flops_per_step"], next((r["config"]["vocab"] for r in mine if r["impl"] == "dtr"), None),
+                   ref.get("attention_flops_per_step", 0))
+        ln_v = math.log(fam[1]) if fam and fam[1] else math.log(MODEL["vocab"])
         for impl in ("dtr", "pytorch"):
             rs = [r for r in rows if r["scenario"] == s and r.get("tag", "") == tag and r["impl"] == impl]
             if not rs:
                 continue
             sh = shape_of(rs[0], a)
-            flops = model_flops(SimpleNamespace(full_ft=(s == "full"), **MODEL, **sh), world)
+            flops = fam[0] if fam else model_flops(SimpleNamespace(full_ft=(s == "full"), **MODEL, **sh), world)
+            att = fam[2] if fam else attention_flops(sh, world)
             step = statistics.median(r["step_ms_median"] for r in rs)
             gfs = flops / (step / 1e3) * 1e-9
             mid = sorted(rs, key=lambda r: r["step_ms_median"])[len(rs) // 2]  # the median rep
             d = dict(scenario=s, tag=tag, impl=impl, note=rs[0].get("note", ""), reps=len(rs), shape=sh, world=world,
                      step_ms=step, tokens_per_s=statistics.median(r["tokens_per_s"] for r in rs),
                      model_gflops_per_s=gfs, mfu=gfs / peak["peak_gflops"], mfu_theoretical=gfs / theo if theo else None,
-                     attention_flop_share=attention_flops(sh, world) / flops, flops=flops,
+                     attention_flop_share=att / flops, attention_flops=att, flops=flops,
                      peak_rss_mib=statistics.median(r["peak_rss_mib"] for r in rs),
                      step_ms_all=[round(r["step_ms_median"], 1) for r in rs], load_all=[r.get("load") for r in rs],
                      phases={k: statistics.median((r["phases"].get(k) or 0.0) for r in rs)
@@ -69,6 +82,7 @@ def summarise(rows, a, peak):
             if impl == "dtr":
                 cfg = rs[0].get("config", {})
                 d["params_total"], d["params_trainable"] = cfg.get("params"), cfg.get("trainable_params")
+                d["model_config"] = cfg
                 d["loss"], d["final_loss"] = rs[0].get("initial_loss"), rs[0].get("loss")  # dtr: last step only
                 own = rs[0].get("model_flops_per_step")
                 if own is not None and abs(own - flops) > 1e-6 * flops:
@@ -83,9 +97,10 @@ def summarise(rows, a, peak):
             same = (dd["params_total"], dd["params_trainable"]) == (t["params_total"], t["params_trainable"])
             checks.append(f"{'ok  ' if same else 'FAIL'} {name}: params dtr {dd['params_total']} / trainable "
                           f"{dd['params_trainable']}, PyTorch {t['params_total']} / {t['params_trainable']}")
-            if t["loss"] is not None:
-                ok = abs(t["loss"] - ln_v) < 0.5
-                checks.append(f"{'ok  ' if ok else 'FAIL'} {name}: pytorch initial loss {t['loss']:.4f} vs ln(vocab) {ln_v:.4f}")
+            for impl, x in res.items():
+                if x["loss"] is not None:
+                    ok = abs(x["loss"] - ln_v) < 0.5
+                    checks.append(f"{'ok  ' if ok else 'FAIL'} {name}: {impl} initial loss {x['loss']:.4f} vs ln(vocab) {ln_v:.4f}")
             n_steps = dd["shape"]["warmup"] + dd["shape"]["steps"]
             ok = abs(dd["final_loss"] - t["final_loss"]) < 0.25
             checks.append(f"{'ok  ' if ok else 'FAIL'} {name}: loss after {n_steps} steps dtr {dd['final_loss']:.4f}, "
@@ -173,7 +188,7 @@ def profile_table(table, peak):
     gemm ms; the op profile is rank 0's, i.e. per rank under dp) against the SGEMM peak, and the
     MFU the step would have if everything outside the GEMMs took no time."""
     cols = [(s, tag, res["dtr"]) for s, tag, res in table if "dtr" in res and res["dtr"].get("op_families_ms")
-            and not tag and s in ("lora", "full", "dp", "dp4")]  # the Llama shape (attention_flops' model)
+            and not tag]
     if not cols:
         return []
     fams = []
@@ -193,7 +208,7 @@ def profile_table(table, peak):
     for s, _, d in cols:
         g = d["op_families_ms"].get("gemm")
         per_rank = d["world"] if d["world"] > 1 else 1
-        att = attention_flops(d["shape"], d["world"])
+        att = d["attention_flops"]
         if not g or not d.get("flops"):
             rate.append("-"), bound.append("-")
             continue
@@ -253,6 +268,14 @@ def main():
                    f"memory-bound ops (an op moving B bytes takes at least B / that)")
     cfg = ("Model: SmolLM2-135M shape (hidden 576, intermediate 1536, heads 9/3, vocab 49152, tied), LoRA r 8 alpha 16; "
            "each row's layers / seq x batch (per rank) in the table; dp: ranks x 1 thread")
+    if table and all(s in FAMILIES for s, _, _ in table):
+        cfg = "LoRA r 8 alpha 16; each row's layers / seq x batch in the table"
+    for s, _, res in table:
+        c = res["dtr"].get("model_config") if "dtr" in res and s in FAMILIES else None
+        if c:
+            cfg += (f"; {SCEN[s]}: {c.get('model_type')}, hidden {c.get('hidden')}, intermediate {c.get('intermediate')}, "
+                    f"heads {c.get('heads')}/{c.get('kv_heads')}, head_dim {c.get('head_dim')}, vocab {c.get('vocab')} "
+                    f"(config of {os.path.basename(c.get('model') or '?')})")
     sq_md, sq_txt = seq_table(table)
     prof = profile_table(table, peak)
     rec = recipe_rows(a.recipe)

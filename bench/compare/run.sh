@@ -2,7 +2,7 @@
 # dtr vs PyTorch, side by side: the same Llama training step (bench/compare/README.md).
 #
 #   bash bench/compare/run.sh [--reps R] [--layers N] [--seq S] [--batch B] [--steps K]
-#        [--warmup W] [--threads T] [--scenarios lora,full,dp,dp4] [--no-build]
+#        [--warmup W] [--threads T] [--scenarios lora,full,dp,dp4,gemma3,qwen3] [--no-build]
 #        [--tag TAG] [--raw FILE] [--peak-json FILE] [--no-report]
 #
 # Each flag has an environment twin (REPS, LAYERS, SEQ, BATCH, STEPS, WARMUP, THREADS,
@@ -12,7 +12,10 @@
 #
 # Scenarios: lora = LoRA r 8 on q,k,v,o,gate,up,down; full = full fine-tune; dp = 2 ranks x 1
 # thread, LoRA, dtr FSDP (mpirun) vs PyTorch FSDP2 fully_shard (torchrun, gloo); dp4 = the same
-# on 4 ranks x 1 thread (oversubscribed when the machine has fewer than 4 cores). Both
+# on 4 ranks x 1 thread (oversubscribed when the machine has fewer than 4 cores); gemma3, qwen3 =
+# LoRA on Gemma 3 270M / Qwen3-0.6B vs transformers' own classes (families.sh sets their shape:
+# GEMMA3_MODEL GEMMA3_LAYERS QWEN3_MODEL QWEN3_LAYERS; FAMILY_PY = a Python with transformers and
+# peft, default /work/.venv-ref when it exists, else the venv's). Both
 # implementations run alternately, REPS times each, on the same config and thread count.
 # The SGEMM peak (MFU denominator) is measured in the same run: max of torch.mm f32 2048^3 and
 # dtr-bench gemm's best 1024^3 figure (dtr's own kernel or raw Eigen), at THREADS threads.
@@ -42,7 +45,7 @@ while [ $# -gt 0 ]; do
     --raw) RAW=$2; shift 2 ;;
     --peak-json) PEAK_FILE=$2; shift 2 ;;
     --no-report) REPORT=0; shift ;;
-    -h|--help) sed -n '2,23p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,25p' "$0"; exit 0 ;;
     *) die "unknown argument '$1' (see --help)" ;;
   esac
 done
@@ -102,9 +105,28 @@ record() {
   line=$(grep '^{' "$4" | tail -1) || die "$2 $1 printed no JSON (see $4)"
   "$PY" -c 'import json,sys; d=json.loads(sys.argv[1]); d.update(scenario=sys.argv[2], impl=sys.argv[3], note=sys.argv[4], load=sys.argv[5], tag=sys.argv[6], shape=json.loads(sys.argv[7])); print(json.dumps(d))' \
     "$line" "$1" "$2" "$3" "$(cut -d' ' -f1 /proc/loadavg)" "$TAG" \
-    "{\"layers\": $LAYERS, \"seq\": $SEQ, \"batch\": $BATCH, \"steps\": $STEPS, \"warmup\": $WARMUP, \"threads\": $THREADS, \"world\": $(ranks "$1")}" >>"$RAW"
+    "{\"layers\": $(layers_of "$1"), \"seq\": $SEQ, \"batch\": $BATCH, \"steps\": $STEPS, \"warmup\": $WARMUP, \"threads\": $THREADS, \"world\": $(ranks "$1")}" >>"$RAW"
 }
 ranks() { case "$1" in dp) echo 2 ;; dp4) echo 4 ;; *) echo 1 ;; esac; }
+layers_of() { case "$1" in gemma3) echo "$GEMMA3_LAYERS" ;; qwen3) echo "$QWEN3_LAYERS" ;; *) echo "$LAYERS" ;; esac; }
+
+# Families (gemma3, qwen3): dtr-bench --model; its resolved config.json is what transformers builds
+# (written by the dtr run, which goes first in rep 1).
+FPY=${FAMILY_PY:-$([ -x /work/.venv-ref/bin/python ] && echo /work/.venv-ref/bin/python || echo "$PY")}
+GEMMA3_MODEL=${GEMMA3_MODEL:-$([ -f "$ROOT/data/gemma3-270m-q4_k_m.gguf" ] && echo "$ROOT/data/gemma3-270m-q4_k_m.gguf" ||
+  echo "$HERE/configs/gemma3_270m.json")} GEMMA3_LAYERS=${GEMMA3_LAYERS:-18}
+QWEN3_MODEL=${QWEN3_MODEL:-$HERE/configs/qwen3_0.6b.json} QWEN3_LAYERS=${QWEN3_LAYERS:-28}
+family_args() {  # family_args <gemma3|qwen3>: dtr-bench's --model, --layers and --save-config
+  case "$1" in
+    gemma3) echo --model "$GEMMA3_MODEL" --layers "$GEMMA3_LAYERS" --save-config "$LOGDIR/gemma3.config.json" ;;
+    qwen3) echo --model "$QWEN3_MODEL" --layers "$QWEN3_LAYERS" --save-config "$LOGDIR/qwen3.config.json" ;;
+  esac
+}
+FAMILY_SHAPE=(--seq "$SEQ" --batch "$BATCH" --lora-rank 8 --lora-alpha 16 --steps "$STEPS" --warmup "$WARMUP")
+case ",$SCENARIOS," in *,gemma3,*|*,qwen3,*)
+  "$FPY" -c 'import torch, transformers, peft' 2>/dev/null ||
+    die "$FPY cannot import torch, transformers and peft (the gemma3 / qwen3 scenarios; set FAMILY_PY)" ;;
+esac
 
 if [ -n "$PEAK_FILE" ]; then
   PEAK_JSON=$(cat "$PEAK_FILE") || die "cannot read the peak JSON $PEAK_FILE"
@@ -157,6 +179,7 @@ run_dtr() {  # run_dtr <scenario> <log>
     lora) "$DTR_BENCH" train-step "${SHAPE[@]}" --threads "$THREADS" >"$2" 2>&1 ;;
     full) "$DTR_BENCH" train-step "${SHAPE[@]}" --threads "$THREADS" --full-ft >"$2" 2>&1 ;;
     dp|dp4) "${MPIRUN[@]}" -np "$(ranks "$1")" "$DTR_BENCH" train-step "${SHAPE[@]}" --threads 1 --fsdp >"$2" 2>&1 ;;
+    gemma3|qwen3) "$DTR_BENCH" train-step $(family_args "$1") "${FAMILY_SHAPE[@]}" --threads "$THREADS" >"$2" 2>&1 ;;
   esac
 }
 TORCH_DP=--fsdp
@@ -166,12 +189,14 @@ run_torch() {  # run_torch <scenario> <log>
     full) "$PY" "$HERE/torch_llama_lora.py" "${SHAPE[@]}" --threads "$THREADS" --full-ft >"$2" 2>&1 ;;
     dp|dp4) OMP_NUM_THREADS=1 "$TORCHRUN" --nproc-per-node "$(ranks "$1")" "$HERE/torch_llama_lora.py" "${SHAPE[@]}" --threads 1 \
           $TORCH_DP >"$2" 2>&1 ;;
+    gemma3|qwen3) "$FPY" "$HERE/torch_family_lora.py" --config "$LOGDIR/$1.config.json" "${FAMILY_SHAPE[@]}" \
+          --threads "$THREADS" >"$2" 2>&1 ;;
   esac
 }
 
 IFS=, read -r -a SCEN <<<"$SCENARIOS"
 for s in "${SCEN[@]}"; do
-  case "$s" in lora|full|dp|dp4) ;; *) die "unknown scenario '$s' (lora, full, dp, dp4)" ;; esac
+  case "$s" in lora|full|dp|dp4|gemma3|qwen3) ;; *) die "unknown scenario '$s' (lora, full, dp, dp4, gemma3, qwen3)" ;; esac
   for ((r = 1; r <= REPS; r++)); do
     order=(dtr torch); ((r % 2 == 0)) && order=(torch dtr)  # alternate who goes first
     for impl in "${order[@]}"; do

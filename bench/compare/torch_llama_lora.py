@@ -211,6 +211,29 @@ def make_optimizer(a, torch, params):
     return torch.optim.AdamW(params, foreach=False, **kw), "loop"
 
 
+def timed_steps(a, loss_fn, opt, barrier=None):
+    """a.warmup + a.steps training steps: loss_fn() (forward + loss), backward, opt.step() +
+    zero_grad. Returns the forward, backward, optimizer and step seconds of the timed steps and
+    the loss of every step. barrier(): called before each step (distributed runs)."""
+    fwd, bwd, optm, steps, losses = [], [], [], [], []
+    for s in range(a.warmup + a.steps):
+        if barrier:
+            barrier()
+        t0 = time.perf_counter()
+        loss = loss_fn()
+        t1 = time.perf_counter()
+        loss.backward()
+        t2 = time.perf_counter()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        t3 = time.perf_counter()
+        losses.append(loss.item())  # inside the step time, as dtr's "other" phase
+        t4 = time.perf_counter()
+        if s >= a.warmup:
+            fwd.append(t1 - t0), bwd.append(t2 - t1), optm.append(t3 - t2), steps.append(t4 - t0)
+    return fwd, bwd, optm, steps, losses
+
+
 def main():
     a = parse_args()
     os.environ.setdefault("OMP_NUM_THREADS", str(a.threads))
@@ -240,22 +263,8 @@ def main():
     ids = torch.randint(0, a.vocab, (a.batch, a.seq), generator=g)
     labels = torch.randint(0, a.vocab, (a.batch, a.seq), generator=g)
 
-    fwd, bwd, optm, steps, losses = [], [], [], [], []
-    for s in range(a.warmup + a.steps):
-        if dist_mode:
-            dist.barrier()
-        t0 = time.perf_counter()
-        loss = model(ids, labels)
-        t1 = time.perf_counter()
-        loss.backward()
-        t2 = time.perf_counter()
-        opt.step()
-        opt.zero_grad(set_to_none=True)
-        t3 = time.perf_counter()
-        losses.append(loss.item())  # inside the step time, as dtr's "other" phase
-        t4 = time.perf_counter()
-        if s >= a.warmup:
-            fwd.append(t1 - t0), bwd.append(t2 - t1), optm.append(t3 - t2), steps.append(t4 - t0)
+    fwd, bwd, optm, steps, losses = timed_steps(a, lambda: model(ids, labels), opt,
+                                                dist.barrier if dist_mode else None)
 
     def med(xs):
         return statistics.median(xs) * 1e3

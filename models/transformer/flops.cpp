@@ -1,5 +1,7 @@
 #include "models/transformer/flops.h"
 
+#include <algorithm>
+
 #include "models/transformer/causal_lm.h"
 
 namespace dtr {
@@ -20,8 +22,13 @@ double llama_matmul_weights(const LlamaConfig& c) {
 
 double llama_train_flops_per_token(const LlamaConfig& c, bool lora, double lora_weights, double seq) {
   const double N = llama_matmul_weights(c);
-  const double attention = 12.0 * static_cast<double>(c.num_hidden_layers) * static_cast<double>(c.num_attention_heads) *
-                           static_cast<double>(llama_head_dim(c)) * seq;
+  // Keys a query is counted against: the full sequence (no causal halving), or on a
+  // sliding-window layer min(seq, window), the band the attention kernel computes.
+  double keys = 0;
+  for (int64_t l = 0; l < c.num_hidden_layers; ++l)
+    keys += c.is_sliding(l) && c.sliding_window > 0 ? std::min(seq, static_cast<double>(c.sliding_window)) : seq;
+  const double attention =
+      12.0 * static_cast<double>(c.num_attention_heads) * static_cast<double>(llama_head_dim(c)) * keys;
   return (lora ? 4.0 * N + 6.0 * lora_weights : 6.0 * N) + attention;
 }
 

@@ -15,6 +15,7 @@
 #include "models/formats/safetensors.h"
 #include "models/transformer/convert.h"
 #include "models/transformer/family.h"
+#include "models/transformer/flops.h"
 #include "models/transformer/gguf_names.h"
 #include "models/transformer/load.h"
 #include "test_util.h"
@@ -235,4 +236,26 @@ TEST_CASE("families: a wrong shape or a missing tensor names the tensor and the 
   w3.write(tmp.file("m3.gguf"));
   CHECK_THROWS_WITH(load_model_gguf(tmp.file("m3.gguf")),
                     Contains("blk.0.attn_q.weight") && Contains("[95, 64]") && Contains("[96, 64]"));
+}
+
+TEST_CASE("families: training FLOPs count head_dim, the gated MLP and the sliding window as computed", "[families]") {
+  // llama_train_flops_per_token (dtr-train's MFU, dtr-bench train-step, bench/compare's
+  // torch_family_lora.model_flops) on the Gemma 3 debug config: head_dim 32 != hidden 64 / 4
+  // heads, GeGLU, layers sliding (window 5) / full / sliding, tied lm_head. Matmul weights from
+  // the model's own parameters; attention 12 x heads x head_dim x keys, keys = seq on the full
+  // layer and min(seq, window) on the sliding ones (the band the kernel computes). Before, every
+  // layer counted seq keys: 12 x 4 x 32 x 3 x 16 instead of x (5 + 16 + 5).
+  auto m = load_model_hf("tests/golden/gemma3_debug");
+  const ModelConfig& c = m->config();
+  REQUIRE(c.sliding_window == 5);
+  REQUIRE(llama_head_dim(c) * c.num_attention_heads != c.hidden_size);
+  double weights = static_cast<double>(c.hidden_size * c.vocab_size);  // tied lm_head
+  for (const auto& [n, p] : m->named_parameters())
+    if (p.dim() == 2 && n.find("embed_tokens") == std::string::npos) weights += static_cast<double>(p.numel());
+  CHECK(llama_matmul_weights(c) == weights);
+  const double seq = 16, attention = 12.0 * 4 * 32 * (5 + 16 + 5);
+  CHECK(llama_train_flops_per_token(c, false, 0, seq) == Approx(6 * weights + attention).epsilon(1e-12));
+  CHECK(llama_train_flops_per_token(c, true, 1000, seq) == Approx(4 * weights + 6000 + attention).epsilon(1e-12));
+  // seq 4 < window: every layer counts seq keys.
+  CHECK(llama_train_flops_per_token(c, false, 0, 4) == Approx(6 * weights + 12.0 * 4 * 32 * 12).epsilon(1e-12));
 }
