@@ -2,8 +2,10 @@
 # dtr vs PyTorch on one MoE layer step (forward + backward), side by side in one run:
 # `dtr-bench moe` and transformers' Qwen3MoeSparseMoeBlock (bench/compare/torch_moe.py) on the
 # same shape and thread count, alternately, REPS times each; prints the medians and the ratio.
+# The default PyTorch side is transformers' grouped_mm experts (torch._grouped_mm, its fastest
+# path and the one issue 19's >= 2x target is against); --impls eager,grouped_mm adds the loop.
 #
-#   bash bench/compare/moe.sh [--reps 3] [--threads T] [--impls eager,grouped_mm] [-- dtr-bench moe args]
+#   bash bench/compare/moe.sh [--reps 3] [--threads T] [--impls grouped_mm] [-- dtr-bench moe args]
 #
 # Shape flags after `--` go to both sides (--tokens --hidden --intermediate --experts --top-k
 # --steps --warmup). Environment: DTR_BENCH_VENV (a Python with torch + transformers; default
@@ -12,14 +14,14 @@
 set -euo pipefail
 ROOT="$(cd "$(dirname "$0")/../.." && pwd)"
 die() { echo "moe.sh: error: $*" >&2; exit 1; }
-REPS=3 THREADS=$(nproc) IMPLS=eager
+REPS=3 THREADS=$(nproc) IMPLS=grouped_mm
 while [ $# -gt 0 ]; do
   case "$1" in
     --reps) REPS=$2; shift 2 ;;
     --threads) THREADS=$2; shift 2 ;;
     --impls) IMPLS=$2; shift 2 ;;
     --) shift; break ;;
-    -h|--help) sed -n '2,11p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,13p' "$0"; exit 0 ;;
     *) die "unknown argument '$1' (see --help)" ;;
   esac
 done
