@@ -71,7 +71,17 @@ void gemm(int64_t m, int64_t n, int64_t k, const T* A, int64_t a_rs, int64_t a_c
   if constexpr (std::is_same_v<T, float>) {  // dtr's own SGEMM (sgemm.h, sgemm_avx2.h) unless Eigen is chosen
     switch (sgemm_kernel()) {
       case SgemmKernel::avx512: sgemm(m, n, k, A, a_rs, a_cs, B, b_rs, b_cs, C, n, accumulate); return;
-      case SgemmKernel::avx2: sgemm_avx2(m, n, k, A, a_rs, a_cs, B, b_rs, b_cs, C, n, accumulate); return;
+      case SgemmKernel::avx2: {
+        // By default the skinny products (n <= 16: LoRA's X A^T and dB, memory bound; the AVX2
+        // kernel has no skinny path and half its 16-column tile would be padding) stay on Eigen;
+        // DTR_SGEMM=avx2 sends every shape to the kernel (tests, benchmarks).
+        static const bool forced = !env::choice("DTR_SGEMM").empty();
+        if (n > 16 || forced) {
+          sgemm_avx2(m, n, k, A, a_rs, a_cs, B, b_rs, b_cs, C, n, accumulate);
+          return;
+        }
+        break;
+      }
       case SgemmKernel::eigen: break;
     }
   }

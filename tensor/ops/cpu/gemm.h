@@ -8,7 +8,9 @@ namespace dtr::cpu {
 
 /// The f32 GEMM kernel gemm<float> uses: DTR_SGEMM=avx512|avx2|eigen in the environment (read
 /// once; DTR_EIGEN_SGEMM=1 = eigen), else the widest this build and CPU have: avx512 (sgemm.h),
-/// avx2 (sgemm_avx2.h), eigen. Errors: dtr::Error naming DTR_SGEMM when the chosen one is missing.
+/// avx2 (sgemm_avx2.h; by default only for n > 16, the skinny products staying on Eigen; every
+/// shape with DTR_SGEMM=avx2), eigen. Errors: dtr::Error naming DTR_SGEMM when the chosen one is
+/// missing.
 enum class SgemmKernel { avx512, avx2, eigen };
 SgemmKernel sgemm_kernel();
 const char* sgemm_kernel_name(SgemmKernel k);

@@ -71,7 +71,10 @@ void kernel(int64_t kc, const float* __restrict a, const float* __restrict b, fl
     }
     return;
   }
-  alignas(32) float t[NR];  // edge columns: through a buffer, only the first `cols` reach C
+  // Edge columns: through a buffer, only the first `cols` reach C. Unrolled like the loops above:
+  // a runtime index into c0 / c1 would keep the accumulators in memory, stored every k.
+  alignas(32) float t[NR];
+#pragma GCC unroll 6
   for (int i = 0; i < M; ++i) {
     _mm256_store_ps(t, c0[i]);
     _mm256_store_ps(t + 8, c1[i]);
