@@ -1,8 +1,8 @@
 // dtr-bench: the benchmark front end (CLI11 subcommands; `dtr-bench NAME --help` prints the
 // benchmark's options and runs nothing). `dtr-bench <name> [args]` with name one of cpu-peak, gemm, ops,
-// dtensor, collectives, fsdp, pipeline, train-step, moe, cp-memory. Each prints dtr beside its reference,
-// measured in the same run, except train-step and moe (bench/moe.h), which time dtr alone
-// (bench/compare/ puts them beside PyTorch: run.sh, moe.sh), pipeline, whose reference is the
+// dtensor, collectives, fsdp, pipeline, train-step, moe, head, cp-memory. Each prints dtr beside its
+// reference, measured in the same run, except train-step, moe (bench/moe.h) and head (bench/head.h),
+// which time dtr alone (bench/compare/ puts them beside PyTorch: run.sh, moe.sh, head.sh), pipeline, whose reference is the
 // theory, and cp-memory (bench/cp_memory.h: peak memory per rank, one run per world size = cp).
 //
 // dtr-bench train-step [--layers 30] [--hidden 576] [--intermediate 1536] [--heads 9]
@@ -28,6 +28,7 @@
 #include "bench/gemm.h"
 #include "bench/cp_memory.h"
 #include "bench/cpu_peak.h"
+#include "bench/head.h"
 #include "bench/moe.h"
 #ifdef DTR_WITH_CUDA
 #include "bench/gemm_gpu.h"
@@ -62,6 +63,10 @@ int main(int argc, char** argv) {
       {"gemm-gpu", dtr::bench::bench_gemm_gpu, "dtr's cuBLASLt path vs raw cublasGemmEx, and the 8192^3 peak",
        "[--dtype bf16|f16|f32] [--iters N]"},
 #endif
+      {"head", dtr::bench::bench_head,
+       "LM head + loss forward + backward: fused linear_cross_entropy or linear + cross_entropy, time and peak memory",
+       "[--tokens 1024] [--hidden 640] [--vocab 262144] [--impl fused|unfused] [--chunk 0] [--steps 2] [--warmup 1] "
+       "[--threads T] [--seed S]"},
       {"moe", dtr::bench::bench_moe, "one MoE layer step: tokens/s, expert-GEMM GFLOP/s vs the SGEMM peak",
        "[--tokens N] [--hidden N] [--intermediate N] [--experts N] [--top-k N] [--steps N] [--warmup N] [--threads T] "
        "[--seed S]"},

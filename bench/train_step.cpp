@@ -315,7 +315,7 @@ int bench_train_step(int argc, char** argv) {
   double loss_v = 0, initial_loss = NAN;
   auto step = [&](bool record) {
     const double c0 = fsdp_exposed_comm_seconds(), t0 = now_s();
-    Tensor loss = causal_lm_loss(model->call(ids), labels, false);
+    Tensor loss = causal_lm_loss(*model, ids, labels, false);  // fused head: no [tokens, vocab] logits
     sync();
     const double c1 = fsdp_exposed_comm_seconds(), t1 = now_s();
     loss.backward();

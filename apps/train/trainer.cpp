@@ -242,9 +242,11 @@ struct Trainer {
         data::Batch batch = make_batch(r.validation_dataset, gather(val_set, idx, m, r.step_scheduler.local_batch_size));
         // Every rank runs the forward (FSDP's all-gathers, cp's K/V all-gather are collective),
         // also when its rows (its cp slice) hold no label token.
-        Tensor logits = model->call(batch.input_ids);
-        if (batch.num_label_tokens == 0) continue;
-        sum += scalar_value(causal_lm_loss(logits, batch.labels, false)) * batch.num_label_tokens;
+        if (batch.num_label_tokens == 0) {
+          model->call(batch.input_ids);
+          continue;
+        }
+        sum += scalar_value(causal_lm_loss(*model, batch.input_ids, batch.labels, false)) * batch.num_label_tokens;
         tokens += batch.num_label_tokens;
       }
     }
@@ -413,8 +415,8 @@ struct Trainer {
       zero.backward();
       return 0;
     }
-    Tensor logits = model->call(batch.input_ids);
-    Tensor loss = causal_lm_loss(logits, batch.labels, false);
+    // The fused head (CausalLM::forward_list): the [tokens, vocab] logits are never formed.
+    Tensor loss = causal_lm_loss(*model, batch.input_ids, batch.labels, false);
     const double w = static_cast<double>(batch.num_label_tokens) * plan.dp_size * ctx().cp_size / n_global;
     Tensor objective = mul(loss, w);
     // MoE: + router_aux_loss_coef * the load-balancing loss of this micro-batch, averaged over

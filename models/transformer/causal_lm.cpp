@@ -132,8 +132,26 @@ Tensor CausalLM::forward(const Tensor& ids) {
   return softcap_logits(config_, call_child(*this, "lm_head", call_child(*this, "model", ids)));
 }
 
+std::vector<Tensor> CausalLM::forward_list(const std::vector<Tensor>& inputs) {
+  if (inputs.size() == 1) return {forward(inputs[0])};
+  DTR_CHECK(inputs.size() == 2, type_name(), ": expected {input_ids} or {input_ids, targets}, got ", inputs.size(),
+            " inputs");
+  const Tensor& ids = inputs[0];
+  const Tensor& targets = inputs[1];
+  DTR_CHECK(targets.dim() == 2 && ids.dim() == 2 && targets.size(0) == ids.size(0) && targets.size(1) == ids.size(1),
+            type_name(), ": targets must be [B, T] like input_ids ", ids.sizes(), ", got ", targets.sizes());
+  DTR_CHECK(targets.dtype() == DType::i64, type_name(), ": targets must be int64, got ", targets.dtype());
+  Tensor h = call_child(*this, "model", ids);
+  auto head = get_submodule("lm_head");
+  auto* lin = dynamic_cast<nn::Linear*>(head.get());
+  if (config_.final_logit_softcapping <= 0 && lin && lin->type_name() == "Linear" && !lin->bias().defined())
+    return {head->call_list({h, targets}).at(0)};
+  Tensor logits = softcap_logits(config_, head->call(h));
+  return {cross_entropy(reshape(logits, {-1, logits.size(-1)}), reshape(targets, {-1}))};
+}
+
 Tensor CausalLM::forward_loss(const Tensor& ids, const Tensor& labels, bool shift) {
-  Tensor loss = causal_lm_loss(call(ids), labels, shift);  // call(): runs the forward hooks (FSDP root, TP)
+  Tensor loss = causal_lm_loss(*this, ids, labels, shift);  // call_list(): runs the forward hooks (FSDP root, TP)
   // MoE families: + router_aux_loss_coef * load-balancing loss over the layers (HF with
   // output_router_logits).
   // The loss is a DTensor under loss parallelism, the aux loss a plain tensor of the local tokens:
@@ -157,6 +175,21 @@ Tensor causal_lm_loss(const Tensor& logits, const Tensor& labels, bool shift, in
     lb = slice(labels, 1, 1, T);
   }
   return cross_entropy(reshape(lg, {-1, V}), reshape(lb, {-1}), ignore_index);
+}
+
+Tensor causal_lm_loss(nn::Module& model, const Tensor& ids, const Tensor& labels, bool shift) {
+  if (!dynamic_cast<CausalLM*>(&model)) return causal_lm_loss(model.call(ids), labels, shift);
+  DTR_CHECK(ids.dim() == 2 && labels.dim() == 2 && ids.size(0) == labels.size(0) && ids.size(1) == labels.size(1),
+            "causal_lm_loss: expected input_ids [B, T] and labels [B, T], got ", ids.sizes(), " and ", labels.sizes());
+  DTR_CHECK(labels.dtype() == DType::i64, "causal_lm_loss: labels must be int64, got ", labels.dtype());
+  Tensor targets = labels;
+  if (shift) {
+    const int64_t B = labels.size(0), T = labels.size(1);
+    DTR_CHECK(T >= 2, "causal_lm_loss: shift needs T >= 2, got labels ", labels.sizes());
+    targets = cat({slice(labels, 1, 1, T), full({B, 1}, -100.0, TensorOptions(DType::i64).with_device(labels.device()))},
+                  1);
+  }
+  return model.call_list({ids, targets}).at(0);
 }
 
 }  // namespace dtr

@@ -96,10 +96,16 @@ class CausalLM : public nn::Module {
   /// "<Family>ForCausalLM", e.g. "Qwen2ForCausalLM": the key of the family's ModelParallelizer.
   std::string type_name() const override { return class_prefix(config_) + "ForCausalLM"; }
   Tensor forward(const Tensor& input_ids) override;
+  /// {input_ids} -> {logits}; {input_ids [B, T], targets [B, T] int64 (the target of each
+  /// position, ignore_index -100)} -> {mean cross-entropy}: the logits are not formed, lm_head
+  /// takes {hidden, targets} (nn::Linear's fused linear_cross_entropy, loss parallel under TP).
+  /// A head that cannot fuse (final_logit_softcapping, a LoRA-wrapped or biased lm_head) takes
+  /// forward's logits and cross_entropy. Hooks of the root and of lm_head see both inputs.
+  std::vector<Tensor> forward_list(const std::vector<Tensor>& inputs) override;
 
-  /// Mean causal-LM loss: forward(input_ids) then causal_lm_loss(logits, labels); MoE families
-  /// add router_aux_loss_coef * nn::load_balancing_loss of the layers (HF's loss with
-  /// output_router_logits).
+  /// Mean causal-LM loss: causal_lm_loss(*this, input_ids, labels, shift) (fused head, no
+  /// logits); MoE families add router_aux_loss_coef * nn::load_balancing_loss of the layers
+  /// (HF's loss with output_router_logits).
   Tensor forward_loss(const Tensor& input_ids, const Tensor& labels, bool shift = true);
 
   /// Redraws every weight as described at the constructor.
@@ -121,5 +127,12 @@ using LlamaForCausalLM = CausalLM;
 /// labels are the targets of each position as given (llm.c convention).
 /// Errors: shapes that disagree, labels not int64. All-ignored targets give NaN (as in torch).
 Tensor causal_lm_loss(const Tensor& logits, const Tensor& labels, bool shift = true, int64_t ignore_index = -100);
+
+/// The same loss from the model itself, through its call (hooks: FSDP, TP, DDP): for a
+/// CausalLM call_list({input_ids, targets}) with the fused head (no [B, T, V] logits; with
+/// `shift` the targets are labels[:, 1:] and -100 at the last position, HF's shift_labels), for
+/// any other module causal_lm_loss(model.call(input_ids), labels, shift). ignore_index -100.
+/// Errors: as causal_lm_loss (shapes, labels not int64, shift with T < 2).
+Tensor causal_lm_loss(nn::Module& model, const Tensor& input_ids, const Tensor& labels, bool shift = true);
 
 }  // namespace dtr

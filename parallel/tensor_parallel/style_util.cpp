@@ -85,7 +85,8 @@ void install_output_hook(nn::Module& m, std::optional<Placement> output_layout, 
     if (outs.empty() || !outs[0].defined() || !outs[0].is_distributed()) return std::nullopt;
     std::vector<Tensor> r = outs;
     Tensor y = outs[0];
-    if (output_layout && placements(y)[0] != *output_layout) y = redistribute(y, {*output_layout});
+    // A 0-d output is a loss (nn::Linear's fused {x, targets} head): Replicate, no layout to take.
+    if (output_layout && y.dim() > 0 && placements(y)[0] != *output_layout) y = redistribute(y, {*output_layout});
     if (use_local_output) y = to_local(y);
     r[0] = y;
     return r;

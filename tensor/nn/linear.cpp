@@ -22,4 +22,15 @@ Linear::Linear(int64_t in, int64_t out, bool bias, DType dtype, bool init) : in_
 
 Tensor Linear::forward(const Tensor& x) { return linear(x, weight(), bias()); }
 
+std::vector<Tensor> Linear::forward_list(const std::vector<Tensor>& inputs) {
+  if (inputs.size() == 1) return {forward(inputs[0])};
+  DTR_CHECK(inputs.size() == 2, "Linear: expected {x} or {x, targets}, got ", inputs.size(), " inputs");
+  DTR_CHECK(!bias().defined(), "Linear: the fused loss {x, targets} needs a layer without bias");
+  const Tensor& x = inputs[0];
+  const Tensor& t = inputs[1];
+  DTR_CHECK(x.dim() >= 1 && t.dim() == x.dim() - 1, "Linear: targets ", t.sizes(), " must be x's shape ", x.sizes(),
+            " without its last dim");
+  return {linear_cross_entropy(reshape(x, {-1, x.size(-1)}), weight(), reshape(t, {-1}))};
+}
+
 }  // namespace dtr::nn

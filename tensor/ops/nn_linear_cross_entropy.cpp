@@ -4,7 +4,7 @@
 // row sums) and, when a gradient is wanted, the chunk's dlogits (cross_entropy_backward,
 // softmax - onehot) turned at once into dinput rows (dlogits @ weight) and a weight-gradient
 // term (dlogits^T @ input, accumulated in place); the chunk's logits are then dropped. The
-// backward only scales the saved dinput / dweight by the upstream gradient, so forward +
+// backward only scales the saved dinput / dweight by the upstream gradient (in place), so forward +
 // backward cost the three GEMMs of the unfused head (no recompute) and hold O(chunk x V)
 // logits instead of O(N x V). Gradients are formed in the forward only when grad mode is on and
 // an operand requires grad (LoRA's frozen head: no dweight GEMM at all).
@@ -33,6 +33,9 @@ int64_t auto_chunk(int64_t V) {
   constexpr int64_t kBudget = int64_t{1} << 27;  // bytes of one chunk's f32 logits
   return std::max<int64_t>(16, kBudget / (4 * std::max<int64_t>(V, 1)));
 }
+
+/// Vocabulary rows per slice of a local weight-gradient update (a 40 MiB f32 term at H = 640).
+constexpr int64_t kSliceRows = 16384;
 
 /// Non-ignored targets of `t` as a 0-d f64 tensor (a DTensor for DTensor targets).
 Tensor counted(const Tensor& t, int64_t ignore) {
@@ -82,12 +85,21 @@ Tensor linear_cross_entropy(const Tensor& input, const Tensor& weight, const Ten
       const Tensor dlogits = dispatch1(OpCall{ce_bw, {g, logits, tc}, {ignore_index}});
       if (want_dx) dxs.push_back(mm(dlogits, w));
       if (want_dw) {
-        const Tensor term = mm(dlogits.t(), xc);
-        // In place on local tensors (no second [V, H] buffer); a DTensor sum may be Partial
-        // (input rows sharded), which takes the out-of-place add.
-        if (!dw.defined()) dw = term;
-        else if (dw.is_distributed()) dw = add(dw, term);
-        else add_(dw, term);
+        if (dw.defined() ? dw.is_distributed() : w.is_distributed()) {
+          // A DTensor sum (Shard(0) under loss parallel, Partial with the rows sharded):
+          // whole-vocabulary terms, added out of place.
+          const Tensor term = mm(dlogits.t(), xc);
+          dw = dw.defined() ? add(dw, term) : term;
+        } else {
+          // Local: dweight += dlogits^T x in slices of kSliceRows vocabulary rows, added in
+          // place, so no second [V, H] buffer exists.
+          if (!dw.defined()) dw = zeros_like(w);
+          for (int64_t v = 0; v < V; v += kSliceRows) {
+            const int64_t nv = std::min(kSliceRows, V - v);
+            Tensor rows = narrow(dw, 0, v, nv);
+            add_(rows, mm(narrow(dlogits, 1, v, nv).t(), xc));
+          }
+        }
       }
     }
     loss = to_dtype(div(total, denom), input.dtype());
@@ -95,13 +107,29 @@ Tensor linear_cross_entropy(const Tensor& input, const Tensor& weight, const Ten
     if (want_dw && !dw.defined()) dw = zeros_like(w);  // N == 0
   }
   if (want_dx || want_dw) {
+    // The backward hands the saved gradients on, scaled in place when local (no copy of the
+    // [V, H] weight gradient); the graph is used once (no retain_graph).
+    auto saved = std::make_shared<std::pair<Tensor, Tensor>>(dx, dw);
+    dx = dw = Tensor();
     record("linear_cross_entropy", {input, weight, targets}, loss,
-           [dx, dw, xd = input.dtype()](const std::vector<Tensor>& g, const std::vector<bool>& n) {
-             const Tensor gc = to_dtype(g[0], dx.defined() ? dx.dtype() : dw.dtype());
-             auto scaled = [&](const Tensor& d, bool need) {
-               return need && d.defined() ? to_dtype(mul(d, gc), xd) : Tensor();
+           [saved, xd = input.dtype()](const std::vector<Tensor>& g, const std::vector<bool>& n) {
+             DTR_CHECK(saved->first.defined() || saved->second.defined(),
+                       "linear_cross_entropy: backward ran twice (its saved gradients are handed on once)");
+             auto scaled = [&](Tensor& d, bool need) {
+               Tensor out;
+               if (need && d.defined()) {
+                 if (!d.is_distributed() && !g[0].is_distributed()) {
+                   const double s = g[0].item<double>();
+                   if (s != 1.0) mul_(d, s);
+                   out = to_dtype(d, xd);
+                 } else {
+                   out = to_dtype(mul(d, to_dtype(g[0], d.dtype())), xd);
+                 }
+               }
+               d = Tensor();
+               return out;
              };
-             return std::vector<Tensor>{scaled(dx, n[0]), scaled(dw, n[1]), Tensor()};
+             return std::vector<Tensor>{scaled(saved->first, n[0]), scaled(saved->second, n[1]), Tensor()};
            });
   }
   return loss;
