@@ -254,6 +254,22 @@ DeviceMesh& DeviceMesh::flatten(const std::vector<std::string>& names, const std
   return *this;
 }
 
+DeviceMesh DeviceMesh::root_mesh() const {
+  auto out = std::make_shared<State>();
+  out->root = s_->root;
+  out->names = s_->root->names;
+  for (size_t d = 0; d < out->names.size(); ++d) {
+    out->dims.push_back({static_cast<int>(d)});
+    out->groups.push_back(s_->root->groups[d]);
+  }
+  out->finish();
+  DeviceMesh m;
+  m.s_ = out;
+  return m;
+}
+
+bool DeviceMesh::shares_root(const DeviceMesh& o) const { return s_->root == o.s_->root; }
+
 bool DeviceMesh::operator==(const DeviceMesh& o) const {
   return s_ == o.s_ || (s_->shape == o.s_->shape && s_->names == o.s_->names && s_->ranks == o.s_->ranks &&
                         s_->root->device == o.s_->root->device);

@@ -56,6 +56,12 @@ class DeviceMesh {
   /// Registers a flattened dim `new_name` = product of `names` (adjacent, in order), with its
   /// own process group (collective). Afterwards mesh[new_name] works.
   DeviceMesh& flatten(const std::vector<std::string>& names, const std::string& new_name);
+  /// The whole mesh this one was derived from (by operator[]), every dim of the constructed
+  /// mesh; its flattened dims are reachable through operator[] too.
+  DeviceMesh root_mesh() const;
+  /// True when both meshes were derived from the same constructed mesh (PyTorch's
+  /// _mesh_resources.get_root_mesh(a) == get_root_mesh(b)).
+  bool shares_root(const DeviceMesh& o) const;
   bool operator==(const DeviceMesh& o) const;
   bool operator!=(const DeviceMesh& o) const { return !(*this == o); }
   std::string str() const;

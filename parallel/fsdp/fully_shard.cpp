@@ -138,6 +138,24 @@ void check_tp_param(const std::string& label, const std::string& fqn, const Tens
             fqn, "\" has TP placement ", s.placements[0].str(), "; FSDP + TP needs Shard or Replicate");
 }
 
+/// PyTorch's FSDP2 call: `mesh` holds only the dp dims and the unit's TP DTensor parameters live
+/// on another 1-d sub-mesh of the same constructed mesh: the unit's mesh is that mesh's (dp dims...,
+/// tp dim) (FSDP2 takes the root mesh of both likewise). Otherwise `mesh` itself (the full-mesh
+/// call, or meshes check_tp_param refuses).
+DeviceMesh unit_mesh(nn::Module& module, const DeviceMesh& mesh) {
+  for (auto& [fqn, t] : module.named_parameters("", true, /*remove_duplicate=*/false)) {
+    if (!t.is_distributed() || is_fsdp_dtensor(t)) continue;
+    const DeviceMesh& tp = dtensor_spec(t, "fully_shard").mesh;
+    if (tp.ndim() != 1 || !tp.shares_root(mesh) || mesh.ndim() > 2) return mesh;
+    for (const auto& n : mesh.dim_names())
+      if (n == tp.dim_names()[0]) return mesh;  // the tp dim is part of `mesh`
+    std::vector<std::string> names = mesh.dim_names();
+    names.push_back(tp.dim_names()[0]);
+    return mesh.root_mesh()[names];
+  }
+  return mesh;
+}
+
 /// FSDP + TP is recognised from the parameters' own meshes, never from dim names: a unit with a
 /// DTensor parameter (checked by check_tp_param) is laid out (dp..., tp). A unit of plain
 /// parameters takes the layout of a unit below it on the same mesh (the root after its TP
@@ -299,9 +317,10 @@ void FSDPState::maybe_reshard_after_backward() {
 
 // ---- public API --------------------------------------------------------------------------------
 
-void fully_shard(nn::Module& module, const DeviceMesh& mesh, const FSDPOptions& options) {
+void fully_shard(nn::Module& module, const DeviceMesh& dp_or_full_mesh, const FSDPOptions& options) {
   const std::string label = module.type_name();
   DTR_CHECK(!state_of(&module), "fully_shard: called twice on the same ", label, " module");
+  const DeviceMesh mesh = unit_mesh(module, dp_or_full_mesh);
   DTR_CHECK(options.forward_prefetch_depth >= 0 && options.backward_prefetch_depth >= 0, "fully_shard(", label,
             "): prefetch depths must be >= 0 (forward ", options.forward_prefetch_depth, ", backward ",
             options.backward_prefetch_depth, ")");

@@ -32,7 +32,10 @@
 // last dim of `mesh` ("tp", "model", "ep", ...) and the dims before it are the dp dims ((shard)
 // or HSDP (replicate, shard)); a unit of plain parameters whose descendant units use the same
 // mesh that way (the root after its TP layers) is laid out alike, any other unit of plain
-// parameters reads `mesh` as (shard) or (replicate, shard). Each parameter's
+// parameters reads `mesh` as (shard) or (replicate, shard). PyTorch's call works too: `mesh`
+// holds only the dp dims (mesh["dp"]) and the TP parameters live on another 1-d sub-mesh of the
+// same constructed mesh (mesh["model"]); the unit then uses that mesh's (dp dims..., tp dim),
+// and a unit of plain parameters stays on the dp mesh. Each parameter's
 // TP-local tensor is split along dim 0 over dp_shard, so the sharded parameter is a DTensor on
 // the whole mesh: [Shard(0), TP placement], or [StridedShard(0, tp), Shard(0)] when TP splits dim
 // 0 too (colwise; rank (d, t) holds dp chunk d of TP block t, PyTorch's _StridedShard layout, so

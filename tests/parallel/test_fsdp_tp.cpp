@@ -39,12 +39,15 @@ DeviceMesh make_mesh(const MeshSpec& m, const std::vector<std::string>& names = 
 }
 
 /// The tiny net with TP on the mesh's last dim (whatever its name), then fully_shard per layer
-/// and on the root over the whole mesh.
-std::shared_ptr<TinyNet> build(const DeviceMesh& mesh, const FSDPOptions& opt) {
+/// and on the root over the whole mesh, or with `dp_mesh_only` over the dp dims alone
+/// (PyTorch's call: the tp dim comes from the parameters' mesh).
+std::shared_ptr<TinyNet> build(const DeviceMesh& mesh, const FSDPOptions& opt, bool dp_mesh_only = false) {
   auto net = make_net();
-  parallelize_module(*net, mesh[mesh.dim_names().back()], tiny_tp_plan());
-  for (auto& l : net->layers->children()) fully_shard(*l, mesh, opt);
-  fully_shard(*net, mesh, opt);
+  const auto& names = mesh.dim_names();
+  parallelize_module(*net, mesh[names.back()], tiny_tp_plan());
+  const DeviceMesh fsdp = dp_mesh_only ? mesh[std::vector<std::string>(names.begin(), names.end() - 1)] : mesh;
+  for (auto& l : net->layers->children()) fully_shard(*l, fsdp, opt);
+  fully_shard(*net, fsdp, opt);
   return net;
 }
 
@@ -68,12 +71,13 @@ std::string unit_of(const std::string& fqn) {
   return "";
 }
 
-/// Trains the FSDP + TP net on `mesh` (layout `ms`) for 5 AdamW steps and checks losses and
+/// Trains the FSDP + TP net (build) on `mesh` (layout `ms`) for 5 AdamW steps and checks losses and
 /// parameters against the single-process run `ref`.
-void check_equals_single_process(const RunResult& ref, const DeviceMesh& mesh, const MeshSpec& ms, bool reshard) {
+void check_equals_single_process(const RunResult& ref, const DeviceMesh& mesh, const MeshSpec& ms, bool reshard,
+                                 bool dp_mesh_only = false) {
   FSDPOptions opt;
   opt.reshard_after_forward = reshard;
-  auto net = build(mesh, opt);
+  auto net = build(mesh, opt, dp_mesh_only);
   optim::AdamW adam(net->parameters(), optim::AdamWOptions{1e-2});
   TrainSpec s;
   std::tie(s.dp_rank, s.dp_size) = dp_of(mesh, ms);
@@ -103,7 +107,8 @@ TEST_CASE("FSDP + TP: 5 AdamW steps equal the single-process run", "[fsdp][tp]")
 }
 
 // FSDP + TP comes from the parameters' own meshes: the same run on meshes whose dims carry
-// other names ("model" as the TP dim, torchtitan's "dp_shard_cp") is FSDP + TP too.
+// other names ("model" as the TP dim, torchtitan's "dp_shard_cp") is FSDP + TP too, whether
+// fully_shard gets the whole mesh or (PyTorch's call) only its dp dims.
 TEST_CASE("FSDP + TP: recognised from the parameters' meshes whatever the dim names", "[fsdp][tp]") {
   const RunResult ref = reference_run(nullptr, /*sgd=*/false);
   const std::vector<std::vector<std::string>> namings = {{"replica", "dp", "model"},
@@ -132,6 +137,11 @@ TEST_CASE("FSDP + TP: recognised from the parameters' meshes whatever the dim na
         CHECK(placements(net->get_parameter("norm.weight")) == plain);
       }
       check_equals_single_process(ref, mesh, ms, /*reshard=*/true);
+      // PyTorch's call: fully_shard(unit, mesh[dp dims]) over TP parameters on mesh[tp dim].
+      check_equals_single_process(ref, mesh, ms, /*reshard=*/true, /*dp_mesh_only=*/true);
+      auto net = build(mesh, FSDPOptions{}, /*dp_mesh_only=*/true);
+      CHECK(fsdp_param_group(*net->layers->children()[0])->mesh() == mesh);
+      CHECK(fsdp_param_group(*net)->tp_layout());
     }
 }
 
