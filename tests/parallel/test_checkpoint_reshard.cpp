@@ -64,3 +64,17 @@ TEST_CASE("assemble_block names the uncovered elements", "[checkpoint]") {
   CHECK(d2.tensor.to_vector<float>() == std::vector<float>{13, 14, 0, 0});
   CHECK(copy_overlap({g.narrow(0, 0, 1).contiguous(), {0, 0}}, d2) == 0);
 }
+
+TEST_CASE("assemble_block counts a block of more than 2^24 elements exactly", "[checkpoint]") {
+  // 2^24 + 1 elements: a float coverage count rounds it to 2^24 and reports a full block as
+  // missing one element (u8, 16 MiB; rank 0 only, no collective).
+  if (rank() != 0) return;
+  const int64_t n = (int64_t{1} << 24) + 1;
+  Tensor src = full({n}, 7.0, TensorOptions(DType::u8));
+  TensorBlock dst{zeros({n}, TensorOptions(DType::u8)), {0}};
+  assemble_block({{src, {0}}}, dst, "big");
+  CHECK(dst.tensor.narrow(0, n - 1, 1).item<double>() == 7.0);
+  // The count of a partly covered block is exact too.
+  CHECK_THROWS_WITH(assemble_block({{src.narrow(0, 0, n - 2), {0}}}, dst, "big"),
+                    "big cover 16777215 of 16777217 elements of this rank's block (offset [0], shape [16777217])");
+}
