@@ -125,7 +125,8 @@ using LlamaForCausalLM = CausalLM;
 /// logits [B, T, V], labels [B, T] int64. With `shift` (HF convention: labels = input ids)
 /// position t predicts labels[t + 1]: uses logits[:, :-1] and labels[:, 1:]. Without shift,
 /// labels are the targets of each position as given (llm.c convention).
-/// Errors: shapes that disagree, labels not int64. All-ignored targets give NaN (as in torch).
+/// Errors: shapes that disagree, labels not int64. All-ignored targets give 0 (the cross_entropy
+/// kernels' count-0 rule; torch gives NaN), so does the fused causal_lm_loss below.
 Tensor causal_lm_loss(const Tensor& logits, const Tensor& labels, bool shift = true, int64_t ignore_index = -100);
 
 /// The same loss from the model itself, through its call (hooks: FSDP, TP, DDP): for a
