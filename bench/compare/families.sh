@@ -13,9 +13,11 @@
 # of 28 layers, so that the run fits quiet_window.sh's 4 minutes on 2 cores (there it reuses the
 # window's peak: --peak-json, and appends to its table: --raw --no-report). Later flags override
 # these; environment as run.sh (GEMMA3_LAYERS, QWEN3_LAYERS, GEMMA3_MODEL, QWEN3_MODEL, FAMILY_PY;
-# OUT_DIR default out/bench/families).
+# OUT_DIR default out/bench/families; DTR_BENCH_VENV default /work/.venv-ref when it exists).
 set -euo pipefail
 HERE="$(cd "$(dirname "$0")" && pwd)"
 case "${1:-}" in -h|--help) sed -n '2,16p' "$0"; exit 0 ;; esac
 export QWEN3_LAYERS=${QWEN3_LAYERS:-14} OUT_DIR=${OUT_DIR:-$HERE/../../out/bench/families}
+# The Python of the reference venv when there is one (torch + transformers + peft), as moe.sh.
+export DTR_BENCH_VENV=${DTR_BENCH_VENV:-$([ -x /work/.venv-ref/bin/python ] && echo /work/.venv-ref || echo /tmp/dtr-bench-venv)}
 exec bash "$HERE/run.sh" --scenarios gemma3,qwen3 --reps 2 --seq 256 --batch 1 --steps 3 --warmup 1 "$@"
