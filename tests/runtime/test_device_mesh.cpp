@@ -127,6 +127,13 @@ TEST_CASE("3-d mesh: sub-mesh over two dims and flatten dp_shard x cp", "[device
   DeviceMesh mixed = m[{"dp_replicate", "dp_shard_cp"}];
   CHECK(mixed.shape() == Shape{shape[0], shape[1] * shape[2]});
   CHECK(mixed.group(1).get() == sc.group(0).get());
+  // root_mesh: every dim of the constructed mesh, from any sub-mesh; its flattened dims too.
+  DeviceMesh root = m["cp"].root_mesh();
+  CHECK(root == m);
+  CHECK(root.group(1).get() == m.group(1).get());
+  CHECK(root[{"dp_shard_cp"}] == sc);
+  CHECK(dp.shares_root(m["cp"]));
+  CHECK(!dp.shares_root(DeviceMesh(shape, {"dp_replicate", "dp_shard", "cp"})));
 }
 
 TEST_CASE("mesh errors name sizes, names and world size", "[device_mesh]") {
