@@ -186,7 +186,8 @@ nlohmann::json load_checkpoint(const std::string& dir, const NamedParams& params
     for (const auto& k : state_keys[fqn]) {
       if (k == "step") continue;
       const std::string key = "optim/" + k + "/" + fqn;
-      sd[key] = like_param(zeros(local.sizes(), TensorOptions(saved.at(key).dtype)), p);
+      // On the parameter's device: AdamW's CUDA update takes param, grad and state on one device.
+      sd[key] = like_param(zeros(local.sizes(), TensorOptions(saved.at(key).dtype).with_device(local.device())), p);
     }
   }
   dcp::load_state_dict(sd, *reader);
