@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <filesystem>
 #include <map>
 
@@ -72,17 +73,24 @@ bool all_finite(const Tensor& t) {
 void save_checkpoint(const std::string& root, int64_t step, const NamedParams& params, optim::Optimizer& opt,
                      const nlohmann::json& extra, int64_t keep_last, ProcessGroup& world) {
   const int rank = world.rank();
-  // Never write (or prune for) a non-finite state: the index + 1 of this rank's first bad
-  // parameter, the largest over the ranks, names it on every rank.
-  int64_t bad = 0;
-  for (size_t i = 0; i < params.size() && bad == 0; ++i)
-    if (!all_finite(local_block(params[i].second).tensor)) bad = static_cast<int64_t>(i) + 1;
-  Tensor flag = full({1}, static_cast<double>(bad), TensorOptions(DType::f64));
-  world.all_reduce(flag, ReduceOp::MAX)->wait();
-  bad = static_cast<int64_t>(flag.item<double>());
-  if (bad > 0)
-    throw AllRanksError(detail::cat("checkpoint: step ", step, ": parameter ", params[bad - 1].first,
-                                    " holds NaN / Inf; not saved (earlier checkpoints under ", root, " kept)"));
+  // Never write (or prune for) a non-finite state. The lowest rank holding one names its first
+  // such parameter on every rank (its name is sent: pipeline stages hold different parameters).
+  std::string bad;
+  for (size_t i = 0; i < params.size() && bad.empty(); ++i)
+    if (!all_finite(local_block(params[i].second).tensor)) bad = params[i].first;
+  Tensor who = full({1}, static_cast<double>(bad.empty() ? world.size() : rank), TensorOptions(DType::f64));
+  world.all_reduce(who, ReduceOp::MIN)->wait();
+  if (const int src = static_cast<int>(who.item<double>()); src < world.size()) {
+    constexpr int64_t kMaxName = 1024;  // bytes of the name sent (longer names are cut)
+    std::vector<uint8_t> buf(kMaxName, 0);
+    if (rank == src) std::memcpy(buf.data(), bad.data(), std::min<size_t>(bad.size(), kMaxName - 1));
+    Tensor name = from_vector<uint8_t>(buf, {kMaxName});
+    world.broadcast(name, src)->wait();
+    const std::vector<uint8_t> got = name.to_vector<uint8_t>();
+    throw AllRanksError(detail::cat("checkpoint: step ", step, ": parameter ", reinterpret_cast<const char*>(got.data()),
+                                    " (rank ", src, ") holds NaN / Inf; not saved (earlier checkpoints under ", root,
+                                    " kept)"));
+  }
   // What is saved: every trainable parameter and its optimizer state (the step as a 1-element
   // i64 tensor), with the parameter's layout; non-tensor state (sampler, RNG, LR step) in extra.
   dcp::StateDict sd;

@@ -30,7 +30,8 @@ using NamedParams = std::vector<std::pair<std::string, Tensor>>;
 /// Writes step_<step> under `root` (collective over `world`): see the file comment.
 /// `params` are the trainable parameters (plain or distributed), `opt` holds their state.
 /// keep_last > 0: rank 0 then deletes the oldest complete checkpoints beyond that number.
-/// Errors (AllRanksError, on every rank): a NaN / Inf parameter (nothing written), I/O errors
+/// Errors (AllRanksError, on every rank): a NaN / Inf parameter (nothing written; the message
+/// names the lowest rank holding one and its first such parameter), I/O errors
 /// naming the path (the earlier checkpoints stay).
 void save_checkpoint(const std::string& root, int64_t step, const NamedParams& params, optim::Optimizer& opt,
                      const nlohmann::json& extra, int64_t keep_last, ProcessGroup& world);
