@@ -82,7 +82,9 @@ int bench_head(int argc, char** argv) {
   manual_seed(cfg.seed);
   const int64_t N = cfg.tokens, H = cfg.hidden, V = cfg.vocab;
   Tensor x = randn({N, H}).set_requires_grad(true);
-  Tensor w = mul(randn({V, H}), 0.02).set_requires_grad(true);
+  Tensor w = randn({V, H});
+  mul_(w, 0.02);  // in place: no freed temporary left in the allocator's cache before the baseline
+  w.set_requires_grad(true);
   std::vector<int64_t> tv(static_cast<size_t>(N));
   {
     const std::vector<float> u = uniform({N}, 0.0, static_cast<double>(V)).to_vector<float>();

@@ -192,7 +192,7 @@ Tensor cross_entropy(const Tensor& logits, const Tensor& targets, int64_t ignore
 /// cross_entropy(input @ weight^T, targets, ignore_index) without materialising the [N, V]
 /// logits: input [N, H], weight [V, H] (same floating dtype; bf16/f16 computed in f32), targets
 /// [N] int64/int32 -> mean loss (0-d, input dtype; 0 when every target is ignored). Chunks of
-/// `chunk_size` rows (0: automatic, ~128 MiB of f32 logits per chunk); gradients for input /
+/// `chunk_size` rows (0: automatic, ~256 MiB of f32 logits per chunk); gradients for input /
 /// weight are formed chunk by chunk in the forward when needed (backward scales them). DTensor
 /// operands take the ops' rules (weight Shard(0): loss parallel, logits never gathered). Errors:
 /// shapes or dtypes that disagree, a target outside [0, V) other than ignore_index, chunk_size < 0.
