@@ -7,9 +7,9 @@
 #
 #   bash bench/compare/families.sh [run.sh flags, e.g. --reps 3 --seq 1024 --batch 1]
 #
-# Defaults: --reps 2 --seq 256 --batch 1 --steps 3 --warmup 1, Gemma 3 all 18 layers (from
+# Defaults: --reps 2 --seq 256 --batch 1 --steps 2 --warmup 1, Gemma 3 all 18 layers (from
 # data/gemma3-270m-q4_k_m.gguf's metadata when present, else configs/gemma3_270m.json, written
-# from it), Qwen3-0.6B (configs/qwen3_0.6b.json, HF's config) cut to its first QWEN3_LAYERS = 14
+# from it), Qwen3-0.6B (configs/qwen3_0.6b.json, HF's config) cut to its first QWEN3_LAYERS = 8
 # of 28 layers, so that the run fits quiet_window.sh's 4 minutes on 2 cores (there it reuses the
 # window's peak: --peak-json, and appends to its table: --raw --no-report). Later flags override
 # these; environment as run.sh (GEMMA3_LAYERS, QWEN3_LAYERS, GEMMA3_MODEL, QWEN3_MODEL, FAMILY_PY;
@@ -17,7 +17,7 @@
 set -euo pipefail
 HERE="$(cd "$(dirname "$0")" && pwd)"
 case "${1:-}" in -h|--help) sed -n '2,16p' "$0"; exit 0 ;; esac
-export QWEN3_LAYERS=${QWEN3_LAYERS:-14} OUT_DIR=${OUT_DIR:-$HERE/../../out/bench/families}
+export QWEN3_LAYERS=${QWEN3_LAYERS:-8} OUT_DIR=${OUT_DIR:-$HERE/../../out/bench/families}
 # The Python of the reference venv when there is one (torch + transformers + peft), as moe.sh.
 export DTR_BENCH_VENV=${DTR_BENCH_VENV:-$([ -x /work/.venv-ref/bin/python ] && echo /work/.venv-ref || echo /tmp/dtr-bench-venv)}
-exec bash "$HERE/run.sh" --scenarios gemma3,qwen3 --reps 2 --seq 256 --batch 1 --steps 3 --warmup 1 "$@"
+exec bash "$HERE/run.sh" --scenarios gemma3,qwen3 --reps 2 --seq 256 --batch 1 --steps 2 --warmup 1 "$@"
