@@ -75,6 +75,7 @@ MemoryPlan plan_memory(CausalLM& model, const MeshContext& ctx, const StepShape&
   if (ctx.pp_size > 1)
     plan.note = "pipeline parallelism is not in the memory model yet: figures are for pp 1 (every stage)";
   std::map<std::string, Unit> units;
+  double max_local_param = 0, max_local_grad = 0;  // elements of the largest local shard (all / trainable)
   bool own_tables = false;
   if (!c.tie_word_embeddings)
     for (const auto& [fqn, p] : model.named_parameters())
@@ -92,12 +93,14 @@ MemoryPlan plan_memory(CausalLM& model, const MeshContext& ctx, const StepShape&
     const double tp_local = static_cast<double>(rows * row_numel);
     const double shard = static_cast<double>(ceil_div(rows, shard_n) * row_numel);
     plan.params += p.numel();
+    max_local_param = std::max(max_local_param, shard);
     Unit& u = units[unit_of(fqn, own_tables)];
     u.shard += shard;
     u.unsharded += tp_local;
     plan.param_bytes += shard * S;
     if (p.requires_grad()) {
       plan.trainable += p.numel();
+      max_local_grad = std::max(max_local_grad, shard);
       u.grad_shard += shard;
       u.grad_unsharded += tp_local;
       plan.grad_bytes += shard * S;
@@ -106,24 +109,30 @@ MemoryPlan plan_memory(CausalLM& model, const MeshContext& ctx, const StepShape&
   }
 
   // FSDP working set.
-  double max_layer = 0, max_layer_grad = 0, all_grad_unsharded = 0, max_unit_shard = 0;
+  double max_layer = 0, max_layer_grad = 0, all_grad_unsharded = 0, max_layer_unit_shard = 0;
   for (const auto& [name, u] : units) {
     if (name.rfind("model.layers.", 0) == 0) {
       max_layer = std::max(max_layer, u.unsharded);
       max_layer_grad = std::max(max_layer_grad, u.grad_unsharded);
+      max_layer_unit_shard = std::max(max_layer_unit_shard, u.shard);
     }
     all_grad_unsharded += u.grad_unsharded;
-    max_unit_shard = std::max(max_unit_shard, u.shard);
   }
+  // Units never resharded after forward (the root, untied trainable tables) and their gradients.
+  double tables = 0, tables_grad = 0, tables_grad_shard = 0;
+  for (const char* n : {"", "embed", "head"})
+    if (units.count(n)) {
+      tables += units[n].unsharded;
+      tables_grad += units[n].grad_unsharded;
+      tables_grad_shard += units[n].grad_shard;
+    }
+  const int depth = ctx.enable_fsdp2_prefetch ? std::max(ctx.fsdp2_forward_prefetch_depth, ctx.fsdp2_backward_prefetch_depth) : 0;
+  const bool held = fsdp && ctx.defer_fsdp_grad_sync && st.grad_accum > 1;
   if (fsdp) {
-    const double root = units.count("") ? units[""].unsharded : 0.0;
-    const int depth = ctx.enable_fsdp2_prefetch ? std::max(ctx.fsdp2_forward_prefetch_depth, ctx.fsdp2_backward_prefetch_depth) : 0;
-    // Root (never resharded) + current layer + prefetched layers + one all-gather output buffer.
-    plan.fsdp_gathered_bytes = (root + (1.0 + depth) * max_layer) * P + static_cast<double>(dp_shard) * max_unit_shard * P;
-    const bool held = ctx.defer_fsdp_grad_sync && st.grad_accum > 1;
+    // Tables + current layer + prefetched layers + one all-gather output buffer (a layer's).
+    plan.fsdp_gathered_bytes = (tables + (1.0 + depth) * max_layer) * P + static_cast<double>(dp_shard) * max_layer_unit_shard * P;
     plan.fsdp_grad_bytes = held ? all_grad_unsharded * R + max_layer_grad * R : 2.0 * max_layer_grad * R;
   }
-
   // Activations of one micro-batch (elements per token per layer, this rank's TP share).
   // Context parallelism: each rank holds seq_len / cp tokens of a row.
   const double T = static_cast<double>(st.local_batch * st.seq_len) / static_cast<double>(ctx.cp_size);
@@ -148,7 +157,9 @@ MemoryPlan plan_memory(CausalLM& model, const MeshContext& ctx, const StepShape&
       sel_moe = static_cast<double>(c.num_experts) + k * (2.0 * mi + h);
     }
   }
-  double acts_none = 0, acts_sel = 0, max_layer_acts = 0;
+  // Per layer (elements per token): what the forward keeps under the AC policy, and what the
+  // backward of that layer holds on top (full / selective: the layer recomputed without AC).
+  std::vector<double> kept, recomputed;
   for (int64_t l = 0; l < c.num_hidden_layers; ++l) {
     const bool moe = c.is_moe_layer(l);
     // no AC: layer input, both normalised inputs, residual after attention, q / k after RoPE, v,
@@ -158,21 +169,75 @@ MemoryPlan plan_memory(CausalLM& model, const MeshContext& ctx, const StepShape&
     if (c.sandwich_norms) none += 2.0 * resid;
     // selective: layer input + outputs of mm / bmm / sdpa (q / k / v, attention + lse, o_proj, MLP mms).
     const double sel = resid + q + 2.0 * kv + q + heads + h + (moe ? sel_moe : sel_mlp) + lora_r;
-    acts_none += none;
-    acts_sel += sel;
-    max_layer_acts = std::max(max_layer_acts, none);
+    if (ctx.activation_checkpointing == CheckpointPolicy::full) {
+      kept.push_back(resid);
+      recomputed.push_back(none);
+    } else if (ctx.activation_checkpointing == CheckpointPolicy::selective) {
+      kept.push_back(sel);
+      recomputed.push_back(none);
+    } else {
+      kept.push_back(none);
+      recomputed.push_back(0);
+    }
   }
-  double acts = acts_none;
-  if (ctx.activation_checkpointing == CheckpointPolicy::full) acts = static_cast<double>(c.num_hidden_layers) * resid + max_layer_acts;
-  if (ctx.activation_checkpointing == CheckpointPolicy::selective) acts = acts_sel + max_layer_acts;
-  acts += 2.0 * h;  // final norm input + lm_head input
-  plan.activation_bytes = T * acts * P;
-  plan.logits_bytes = 2.0 * T * static_cast<double>(c.vocab_size) / t * P;  // logits + their gradient
+  const double final_acts = 2.0 * h;  // final norm input + lm_head input
+  double kept_all = final_acts, max_recomputed = 0;
+  for (size_t l = 0; l < kept.size(); ++l) {
+    kept_all += kept[l];
+    max_recomputed = std::max(max_recomputed, recomputed[l]);
+  }
+  plan.activation_bytes = T * (kept_all + max_recomputed) * P;
+  // Logits [tokens, vocab / tp]. cross_entropy keeps them for its backward, which holds them and
+  // their gradient. Vocab-parallel (loss parallel under TP, dtensor/rules/loss.cpp): the forward
+  // holds the logits + 2 [tokens, vocab / tp] temporaries (x - max, exp), the backward the logits,
+  // the bool target mask (1/4) and the 5 temporaries of its one dlogits expression.
+  const double local_logits = T * static_cast<double>(c.vocab_size) / t * P;
+  const double ce_peak = tp > 1 ? 6.25 * local_logits : 2.0 * local_logits;
+  plan.logits_bytes = ce_peak;
 
-  const double fwd_end = plan.activation_bytes + plan.logits_bytes + plan.fsdp_gathered_bytes + plan.fsdp_grad_bytes;
-  const double bwd_end = plan.grad_bytes + plan.fsdp_gathered_bytes + plan.fsdp_grad_bytes;
-  plan.peak_bytes = plan.param_bytes + plan.optimizer_bytes + std::max(fwd_end, bwd_end);
-  plan.load_peak_bytes = plan.param_bytes + (1 << 20);
+  // The step's peak over its phases (beyond params + optimizer state), each a point where the
+  // allocator's live bytes are largest:
+  //  - start of backward (cross_entropy's backward): every kept activation, the logits' peak,
+  //    the gathered tables and the last layer (never resharded after forward);
+  //  - backward of layer l (L-1 .. 0): kept activations of layers 0..l, layer l recomputed, the
+  //    gathered tables, layer l + the prefetched layers, the gradients so far (FSDP: layer l's
+  //    unsharded gradient + the previous layer's reduce-scatter input, the sharded ones of the
+  //    layers done; otherwise the full gradients of layers >= l and the tables');
+  //  - end of backward: all gradients + the tables' reduce-scatter (their unsharded gradient and
+  //    its chunk_cat copy);
+  //  - clip_grad_norm: all gradients + the f64 copy and |g| of the largest local gradient.
+  double layer_grad_shard = 0, layer_grad_full = 0;
+  for (const auto& [name, u] : units)
+    if (name.rfind("model.layers.", 0) == 0) {
+      layer_grad_shard = std::max(layer_grad_shard, u.grad_shard);
+      layer_grad_full = std::max(layer_grad_full, u.grad_unsharded);
+    }
+  const double gathered_tables = fsdp ? tables * P : 0.0;
+  const double gathered_layer = fsdp ? max_layer * P : 0.0;
+  const double L = static_cast<double>(c.num_hidden_layers);
+  double peak = T * kept_all * P + ce_peak + gathered_tables + gathered_layer;
+  {
+    double kept_below = T * kept_all * P - T * final_acts * P;
+    for (int64_t l = c.num_hidden_layers - 1; l >= 0; --l) {
+      const double done = L - 1.0 - static_cast<double>(l);  // layers whose backward finished
+      double live = kept_below + T * recomputed[l] * P + gathered_tables;
+      if (fsdp) {
+        const double in_flight = std::min<double>(1.0 + depth, static_cast<double>(l) + 1.0);
+        live += in_flight * gathered_layer + (held ? all_grad_unsharded * R : 2.0 * layer_grad_full * R) +
+                (done * layer_grad_shard + tables_grad_shard) * S;
+      } else {
+        live += ((done + 1.0) * layer_grad_full + tables_grad) * S;
+      }
+      peak = std::max(peak, live);
+      kept_below -= T * kept[l] * P;
+    }
+  }
+  const double bwd_end = plan.grad_bytes + (fsdp ? gathered_tables + 2.0 * tables_grad * R : 0.0);
+  const double clip = plan.grad_bytes + 2.0 * 8.0 * max_local_grad;  // abs(g.to(f64)): both f64 temporaries
+  peak = std::max({peak, bwd_end, clip});
+  plan.peak_bytes = plan.param_bytes + plan.optimizer_bytes + peak;
+  // Load: the shards, + one parameter's shard read from the file before it is copied in.
+  plan.load_peak_bytes = plan.param_bytes + (st.from_file ? max_local_param * S : 0.0) + (1 << 20);
 
   // Comm per step.
   const double accum = static_cast<double>(st.grad_accum);

@@ -12,15 +12,25 @@
 //  - gradients (sharded .grad) and AdamW state (exp_avg, exp_avg_sq): trainable shards x storage
 //    dtype (x 2 for AdamW). ZeRO-3 mixed precision (bf16 params, f32 master + grads + Adam) gives
 //    Rajbhandari et al.'s 16 * params / N.
-//  - FSDP buffers: gathered units in param_dtype: the root unit (not resharded), the current
-//    layer + max(forward, backward prefetch depth) layers, one all-gather output buffer; the
-//    unsharded gradients of the unit in flight + its reduce-scatter input in reduce_dtype (all
-//    units' unsharded gradients when defer_fsdp_grad_sync holds them over micro-batches).
+//  - FSDP buffers: gathered units in param_dtype: the tables (root unit, untied trainable
+//    embedding / head: never resharded after forward), the current layer + max(forward, backward
+//    prefetch depth) layers, one all-gather output buffer of a layer; the unsharded gradients of
+//    the unit in flight + its reduce-scatter input in reduce_dtype (all units' unsharded
+//    gradients when defer_fsdp_grad_sync holds them over micro-batches).
 //  - activations of one micro-batch by AC policy, per layer and token, from what dtr's autograd
 //    saves (no AC: the layer input, both normalised inputs, the residual, q / k / v after RoPE,
 //    the attention output and its logsumexp, gate / up / SwiGLU output, LoRA A outputs);
-//    selective: mm / bmm / sdpa outputs + layer inputs; full: layer inputs, plus one layer
-//    recomputed; logits: tokens x vocab / tp x (logits + their gradient).
+//    selective: mm / bmm / sdpa outputs + layer inputs; full: layer inputs; both + one layer
+//    recomputed in its backward. Logits [tokens, vocab / tp]: cross_entropy's backward holds the
+//    logits and their gradient (2x); vocab-parallel under TP 6.25x (logits, target mask and the
+//    5 temporaries of dtensor/rules/loss.cpp's dlogits expression).
+//  - peak: params + optimizer state + the largest of the step's points: start of backward (all
+//    kept activations + the logits' peak + gathered tables + last layer), the backward of each
+//    layer (activations below it, its recomputation, gathered layers in flight, gradients so far),
+//    end of backward (all gradients + the tables' reduce-scatter), clip_grad_norm (all gradients
+//    + the f64 copy and |g| of the largest local gradient). Checked against the allocator's peak
+//    of real steps in tests/models/mpi_test_memory_plan_measured.cpp (1-4 ranks, within 10%).
+//  - load phase: the shards + one parameter's shard read from the file (StepShape::from_file).
 //  - comm per step and mesh dim (input bytes per call, as the process-group counters count):
 //    FSDP all-gather (forward every unit, backward the resharded ones, per micro-batch),
 //    reduce-scatter (per sync), HSDP all-reduce; TP all-reduce (or reduce-scatter + all-gather
@@ -40,6 +50,7 @@ namespace dtr {
 /// Batch of one micro-step on one rank.
 struct StepShape {
   int64_t local_batch = 1, seq_len = 1, grad_accum = 1;
+  bool from_file = false;  // parameters read from a checkpoint (the load phase holds one read block)
 };
 
 /// Bytes one rank sends per step on one mesh dim, by collective.
@@ -54,8 +65,8 @@ struct MemoryPlan {
   double param_bytes = 0, grad_bytes = 0, optimizer_bytes = 0;
   double fsdp_gathered_bytes = 0, fsdp_grad_bytes = 0;  // FSDP working set
   double activation_bytes = 0, logits_bytes = 0;
-  double load_peak_bytes = 0;  // the load phase: the shard + < 1 MiB (meta initialisation)
-  double peak_bytes = 0;       // params + optimizer + max(end of forward, end of backward)
+  double load_peak_bytes = 0;  // the load phase: the shards (+ one read block) + 1 MiB
+  double peak_bytes = 0;       // params + optimizer + the largest of the step's points (above)
   std::map<std::string, CommVolume> comm;
   std::string note;  // what the model leaves out for this mesh (pp, cp)  // mesh dim ("dp_shard", "dp_replicate", "tp", "dp") -> bytes
   /// A multi-line table (what --dry-run prints).
