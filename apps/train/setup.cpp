@@ -261,7 +261,6 @@ MemoryPlan plan_step_memory(const Recipe& r, const Plan& p) {
   st.local_batch = r.step_scheduler.local_batch_size;
   st.seq_len = r.dataset.seq_len;
   st.grad_accum = p.grad_accum;
-  st.from_file = !r.model.path.empty();
   return plan_memory(m, p.mesh, st, dt);
 }
 
@@ -352,17 +351,15 @@ std::shared_ptr<LlamaForCausalLM> build_model(const Recipe& r, const Plan& p) {
   manual_seed(r.seed);
   // Meta initialisation (tensor/meta.h): shapes only here; parallelize_model then gives each rank
   // its local shards, drawn from the same Philox stream or read from the file's byte ranges.
-  // MoE HF checkpoints (experts stored one by one) still load eagerly (meta_load.h).
-  const bool meta = r.model.random() || meta_loadable(p.config, r.model.path);
   std::shared_ptr<LlamaForCausalLM> model;
   if (r.model.random()) {
     MetaInitGuard g;
     model = std::make_shared<LlamaForCausalLM>(p.config, dt);
   } else {
-    model = meta ? load_model_meta(r.model.path, dt) : load_model(r.model.path, dt);
+    model = load_model_meta(r.model.path, dt);
   }
   if (r.peft.enabled) {
-    MetaInitGuard g(meta);
+    MetaInitGuard g;
     manual_seed(r.seed + 1);
     apply_lora(*model, lora_config(r));
   }

@@ -68,6 +68,47 @@ class SafetensorsBlock final : public InitSource {
   std::string name_;
 };
 
+/// A grouped expert tensor ([E, rows, cols], transformers 5's mlp.experts.gate_up_proj /
+/// down_proj) of a checkpoint storing experts one by one: expert e's rows are its `parts`
+/// ([rows_p, cols] tensors, e.g. gate_proj then up_proj: moe.cpp's group_expert_weights) laid
+/// end to end. A block reads, for each expert in it, only the byte runs of its rows and columns
+/// of each part (SafetensorsBlock), so a rank under ep reads its experts alone.
+class GroupedExpertsBlock final : public InitSource {
+ public:
+  struct Part {
+    std::shared_ptr<const safetensors::SafetensorsFile> file;
+    std::string name;
+    int64_t rows = 0;
+  };
+  explicit GroupedExpertsBlock(std::vector<std::vector<Part>> experts) : experts_(std::move(experts)) {}
+
+  void fill(const Shape& global, const Shape& offset, Tensor& out) const override {
+    DTR_CHECK(global.size() == 3 && static_cast<int64_t>(experts_.size()) == global[0], str(), ": expected [",
+              experts_.size(), ", rows, cols], the model needs ", global);
+    const Shape& sz = out.sizes();
+    for (int64_t i = 0; i < sz[0]; ++i) {
+      Tensor dst_e = squeeze(out.narrow(0, i, 1), 0);  // [block rows, block cols]
+      int64_t first = 0;  // first row of the part in the expert
+      for (const Part& p : experts_[offset[0] + i]) {
+        const int64_t lo = std::max(first, offset[1]), hi = std::min(first + p.rows, offset[1] + sz[1]);
+        if (lo < hi) {
+          Tensor dst = dst_e.narrow(0, lo - offset[1], hi - lo);
+          SafetensorsBlock(p.file, p.name).fill({p.rows, global[2]}, {lo - first, offset[2]}, dst);
+        }
+        first += p.rows;
+      }
+      DTR_CHECK(first == global[1], str(), ": expert ", offset[0] + i, " has ", first, " rows, the model needs ", global[1]);
+    }
+  }
+  std::string str() const override {
+    return experts_.empty() || experts_[0].empty() ? "grouped experts"
+                                                   : experts_[0][0].file->path() + ": " + experts_[0][0].name + " ...";
+  }
+
+ private:
+  std::vector<std::vector<Part>> experts_;
+};
+
 /// A GGUF tensor (HF order): per HF row of the block, its GGUF row (llama.cpp's Q/K permutation;
 /// of a joined tensor, the row of the part holding it) and only the quantisation blocks covering
 /// the block's columns are dequantised; then the family's norm shift is taken off, in f32 as
@@ -201,31 +242,92 @@ std::shared_ptr<CausalLM> load_gguf_meta(const std::string& path, DType dtype) {
   return m;
 }
 
+/// MoE checkpoints storing experts one by one (HF Qwen3-MoE mlp.experts.N.{gate,up,down}_proj,
+/// Mixtral block_sparse_moe.experts.N.w{1,3,2}): the grouped parameters' parts per expert, in
+/// group_expert_weights' order (models/families/moe.cpp), their names taken out of `files`;
+/// Mixtral's block_sparse_moe.gate.weight is renamed mlp.gate.weight. Checkpoints grouped
+/// already are left as they are.
+using CheckpointFiles = std::map<std::string, std::shared_ptr<const safetensors::SafetensorsFile>>;
+std::map<std::string, std::vector<std::vector<GroupedExpertsBlock::Part>>> take_expert_parts(const ModelConfig& c,
+                                                                                              CheckpointFiles& files,
+                                                                                              const std::string& path) {
+  std::map<std::string, std::vector<std::vector<GroupedExpertsBlock::Part>>> out;
+  if (c.num_experts <= 0) return out;
+  const bool mixtral = c.model_type == "mixtral";
+  const std::string mod = mixtral ? "block_sparse_moe." : "mlp.";
+  const std::vector<std::string> gate_up = mixtral ? std::vector<std::string>{"w1", "w3"} : std::vector<std::string>{"gate_proj", "up_proj"};
+  const std::string down = mixtral ? "w2" : "down_proj";
+  auto take = [&](const std::string& k) {
+    auto it = files.find(k);
+    DTR_CHECK(it != files.end(), path, ": missing tensor '", k, "' (experts stored one by one)");
+    const auto& e = it->second->entry(k);
+    DTR_CHECK(e.shape.size() == 2, path, ": tensor '", k, "' has shape ", e.shape, ", expected [rows, cols]");
+    GroupedExpertsBlock::Part p{it->second, k, e.shape[0]};
+    files.erase(it);
+    return p;
+  };
+  for (int64_t l = 0; l < c.num_hidden_layers; ++l) {
+    if (!c.is_moe_layer(l)) continue;
+    const std::string L = "model.layers." + std::to_string(l) + ".";
+    if (files.count(L + "mlp.experts.gate_up_proj")) continue;  // grouped already
+    auto& gu = out[L + "mlp.experts.gate_up_proj"];
+    auto& dn = out[L + "mlp.experts.down_proj"];
+    for (int64_t e = 0; e < c.num_experts; ++e) {
+      const std::string E = L + mod + "experts." + std::to_string(e) + ".";
+      gu.push_back({take(E + gate_up[0] + ".weight"), take(E + gate_up[1] + ".weight")});
+      dn.push_back({take(E + down + ".weight")});
+    }
+    if (mixtral) {
+      auto it = files.find(L + mod + "gate.weight");
+      DTR_CHECK(it != files.end(), path, ": missing tensor '", L + mod + "gate.weight", "'");
+      files[L + "mlp.gate.weight"] = it->second;
+      files.erase(it);
+    }
+  }
+  return out;
+}
+
 std::shared_ptr<CausalLM> load_hf_meta(const std::string& path, DType dtype) {
   const ModelConfig c = load_model_config(path);
-  DTR_CHECK(meta_loadable(c), path, ": ", c.model_type,
-            " checkpoints store experts one by one; meta loading of MoE checkpoints is not built (use load_model)");
   auto files = safetensors::open_checkpoint(path);
   for (auto it = files.begin(); it != files.end();) it = it->first.ends_with("rotary_emb.inv_freq") ? files.erase(it) : std::next(it);
+  // Mixtral's router: the file's name for the tensor of mlp.gate.weight.
+  std::map<std::string, std::string> file_name;
+  if (c.model_type == "mixtral")
+    for (int64_t l = 0; l < c.num_hidden_layers; ++l)
+      file_name["model.layers." + std::to_string(l) + ".mlp.gate.weight"] =
+          "model.layers." + std::to_string(l) + ".block_sparse_moe.gate.weight";
+  auto experts = take_expert_parts(c, files, path);
   auto m = build_meta(c, dtype);
   std::set<std::string> have;
   for (const auto& [k, f] : files) have.insert(k);
+  for (const auto& [k, parts] : experts) have.insert(k);
   check_keys(*m, have, path);
+  auto name_in_file = [&](const std::string& fqn) { return file_name.count(fqn) ? file_name.at(fqn) : fqn; };
   const auto params = m->named_parameters();
   for (const auto& [fqn, p] : params) {
-    const auto& e = files.at(fqn)->entry(fqn);
+    if (experts.count(fqn)) {
+      const auto& ex = experts.at(fqn);
+      int64_t rows = 0;
+      for (const auto& part : ex[0]) rows += part.rows;
+      const Shape got{static_cast<int64_t>(ex.size()), rows, ex[0][0].file->entry(ex[0][0].name).shape[1]};
+      DTR_CHECK(got == p.sizes(), path, ": load_state_dict: size mismatch for ", fqn,
+                ": copying a param with shape ", got, " from checkpoint (experts grouped), the shape in current model is ",
+                p.sizes());
+      continue;
+    }
+    const auto& e = files.at(fqn)->entry(name_in_file(fqn));
     DTR_CHECK(e.shape == p.sizes(), path, ": load_state_dict: size mismatch for ", fqn, ": copying a param with shape ",
               e.shape, " from checkpoint, the shape in current model is ", p.sizes());
   }
   attach(*m, path, [&](const std::string& fqn, const Tensor&) -> std::shared_ptr<const InitSource> {
-    return std::make_shared<SafetensorsBlock>(files.at(fqn), fqn);
+    if (experts.count(fqn)) return std::make_shared<GroupedExpertsBlock>(experts.at(fqn));
+    return std::make_shared<SafetensorsBlock>(files.at(fqn), name_in_file(fqn));
   });
   return m;
 }
 
 }  // namespace
-
-bool meta_loadable(const ModelConfig& c, const std::string& path) { return c.num_experts == 0 || path.ends_with(".gguf"); }
 
 std::shared_ptr<CausalLM> load_model_meta(const std::string& path, DType dtype) {
   if (path.ends_with(".gguf")) return load_gguf_meta(path, dtype);

@@ -19,13 +19,11 @@ namespace dtr {
 
 /// The model of `path` (GGUF file or HF directory / index / .safetensors) on meta tensors whose
 /// recipes read the file. Checks as load_model: every model key present (lm_head.weight may be
-/// absent when tied), no unexpected key (rotary_emb.inv_freq ignored), shapes equal.
-/// Errors: dtr::Error naming the file and the keys at fault; MoE HF checkpoints that store
-/// experts one by one (they need grouping on load: use load_model).
+/// absent when tied), no unexpected key (rotary_emb.inv_freq ignored), shapes equal. MoE HF
+/// checkpoints storing experts one by one (Qwen3-MoE mlp.experts.N.{gate,up,down}_proj, Mixtral
+/// block_sparse_moe.experts.N.w1/w3/w2) give the grouped [E, ...] parameters (moe.cpp's
+/// group_expert_weights layout) whose blocks read only their experts' byte ranges.
+/// Errors: dtr::Error naming the file and the keys at fault.
 std::shared_ptr<CausalLM> load_model_meta(const std::string& path, DType dtype = DType::f32);
-
-/// Whether load_model_meta can read `c`'s checkpoint at `path`: GGUF always (MoE experts are
-/// grouped 3-d tensors there), HF directories when `c` has no MoE layer.
-bool meta_loadable(const ModelConfig& c, const std::string& path = "");
 
 }  // namespace dtr

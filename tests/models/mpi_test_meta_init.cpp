@@ -243,6 +243,32 @@ TEST_CASE("a qwen3moe GGUF (3-d expert tensors, quantised) read by blocks equals
   }
 }
 
+TEST_CASE("MoE HF checkpoints with experts stored one by one: each rank reads its experts, equal to the eager load",
+          "[meta][load][moe]") {
+  // Qwen3-MoE (mlp.experts.N.{gate,up,down}_proj) and Mixtral (block_sparse_moe.experts.N.w1/w3/w2,
+  // 4 experts each), grouped into [E, ...] by the meta load; ep over the ranks that divide the
+  // experts (ep 2 / 4, ep 2 x ep_shard 2), FSDP alone on 3 ranks (uneven expert rows).
+  const int64_t w = world_size();
+  std::vector<int64_t> eps = {1};
+  if (w == 2) eps = {2};
+  if (w == 4) eps = {4, 2};
+  for (const std::string src : {"tests/golden/qwen3_moe_debug", "tests/golden/mixtral_debug"}) {
+    auto ref = load_model(src);
+    for (int64_t ep : eps) {
+      MeshContext ctx;
+      ctx.world_size = w;
+      ctx.dp_size = w;
+      ctx.ep_size = ep;
+      ctx.validate("test");
+      ctx.build_mesh();
+      auto m = load_model_meta(src);
+      CHECK(has_meta_tensors(*m));
+      parallelize_model(*m, ctx);
+      check_equal(*m, *ref, src + " ep " + std::to_string(ep));
+    }
+  }
+}
+
 TEST_CASE("meta loading checks keys and shapes as load_model does", "[meta][load]") {
   const std::string dir = scratch_dir("bad");
   if (rank() == 0) {
