@@ -6,6 +6,8 @@
 
 #include "models/formats/hf_config.h"
 #include "parallel/activation_checkpoint.h"
+#include "parallel/pipeline/schedule.h"
+#include "parallel/pipeline/stage_split.h"
 #include "tensor/error.h"
 
 namespace dtr {
@@ -59,7 +61,39 @@ double megatron_activation_bytes(int64_t s, int64_t b, int64_t h, int64_t a, int
   return S * B * H * (10.0 + 24.0 / T + 5.0 * A * S / (H * T));
 }
 
-MemoryPlan plan_memory(CausalLM& model, const MeshContext& ctx, const StepShape& st, DType storage) {
+namespace {
+
+/// What one pp rank holds: its stages' layer ranges (global stage = local * pp + rank), whether
+/// it holds the first / last stage, and the schedule's micro-steps. pp 1: everything.
+struct RankStages {
+  std::vector<std::pair<int64_t, int64_t>> ranges;  // per local stage
+  std::vector<int> global_stage;
+  bool first = true, last = true;
+  int num_stages = 1;
+  std::vector<PipelineAction> actions;  // empty without pp
+  double microbatches = 1;
+  /// Layer index of a "model.layers.N..." name, or -1.
+  static int64_t layer_of(const std::string& fqn) {
+    const std::string pre = "model.layers.";
+    if (fqn.rfind(pre, 0) != 0) return -1;
+    return std::stoll(fqn.substr(pre.size(), fqn.find('.', pre.size()) - pre.size()));
+  }
+  bool holds_layer(int64_t l) const {
+    for (const auto& [b, e] : ranges)
+      if (l >= b && l < e) return true;
+    return false;
+  }
+  /// Parameters on this rank: its layers, the embedding on the first stage, the final norm and
+  /// lm_head on the last (a tied table on both: pipeline/tied_weights.h).
+  bool holds(const std::string& fqn, bool tied) const {
+    const int64_t l = layer_of(fqn);
+    if (l >= 0) return holds_layer(l);
+    if (fqn.rfind("model.embed_tokens", 0) == 0) return first || (last && tied);
+    return last;
+  }
+};
+
+MemoryPlan plan_rank(CausalLM& model, const MeshContext& ctx, const StepShape& st, DType storage, const RankStages& sv) {
   const ModelConfig& c = model.config();
   const int64_t tp = ctx.tp_size, ep = ctx.ep_size;
   const bool ddp = ctx.strategy == DataParallelStrategy::ddp;
@@ -72,15 +106,15 @@ MemoryPlan plan_memory(CausalLM& model, const MeshContext& ctx, const StepShape&
   const double S = bytes_of(storage), P = bytes_of(pdt), R = bytes_of(rdt);
 
   MemoryPlan plan;
-  if (ctx.pp_size > 1)
-    plan.note = "pipeline parallelism is not in the memory model yet: figures are for pp 1 (every stage)";
   std::map<std::string, Unit> units;
   double max_local_param = 0, max_local_grad = 0;  // elements of the largest local shard (all / trainable)
+  double head_grad = 0;  // TP-local elements of the trainable output table (lm_head, or the tied embedding)
   bool own_tables = false;
   if (!c.tie_word_embeddings)
     for (const auto& [fqn, p] : model.named_parameters())
       own_tables = own_tables || (p.requires_grad() && (fqn.rfind("model.embed_tokens", 0) == 0 || fqn.rfind("lm_head", 0) == 0));
   for (const auto& [fqn, p] : model.named_parameters()) {
+    if (!sv.holds(fqn, c.tie_word_embeddings)) continue;
     Shape local = p.sizes();
     const int64_t d = tp_dim(fqn, c, tp);
     if (d >= 0 && d < static_cast<int64_t>(local.size())) local[d] = ceil_div(local[d], tp);
@@ -101,6 +135,8 @@ MemoryPlan plan_memory(CausalLM& model, const MeshContext& ctx, const StepShape&
     if (p.requires_grad()) {
       plan.trainable += p.numel();
       max_local_grad = std::max(max_local_grad, shard);
+      if (fqn.rfind("lm_head", 0) == 0 || (c.tie_word_embeddings && fqn.rfind("model.embed_tokens", 0) == 0))
+        head_grad += tp_local;
       u.grad_shard += shard;
       u.grad_unsharded += tp_local;
       plan.grad_bytes += shard * S;
@@ -135,7 +171,9 @@ MemoryPlan plan_memory(CausalLM& model, const MeshContext& ctx, const StepShape&
   }
   // Activations of one micro-batch (elements per token per layer, this rank's TP share).
   // Context parallelism: each rank holds seq_len / cp tokens of a row.
-  const double T = static_cast<double>(st.local_batch * st.seq_len) / static_cast<double>(ctx.cp_size);
+  const int64_t rows = ctx.pp_size > 1 ? (ctx.pipeline.microbatch_size > 0 ? ctx.pipeline.microbatch_size : st.local_batch)
+                                       : st.local_batch;
+  const double T = static_cast<double>(rows * st.seq_len) / static_cast<double>(ctx.cp_size);
   const double t = static_cast<double>(tp), h = static_cast<double>(c.hidden_size);
   const int64_t kvh = c.num_key_value_heads > 0 ? c.num_key_value_heads : c.num_attention_heads;
   const double hd = static_cast<double>(llama_head_dim(c));
@@ -160,7 +198,10 @@ MemoryPlan plan_memory(CausalLM& model, const MeshContext& ctx, const StepShape&
   // Per layer (elements per token): what the forward keeps under the AC policy, and what the
   // backward of that layer holds on top (full / selective: the layer recomputed without AC).
   std::vector<double> kept, recomputed;
+  std::vector<int64_t> mine;  // this rank's layers
   for (int64_t l = 0; l < c.num_hidden_layers; ++l) {
+    if (!sv.holds_layer(l)) continue;
+    mine.push_back(l);
     const bool moe = c.is_moe_layer(l);
     // no AC: layer input, both normalised inputs, residual after attention, q / k after RoPE, v,
     // attention output + logsumexp, the MLP's saved inputs, LoRA A outputs (each adapted linear).
@@ -180,7 +221,7 @@ MemoryPlan plan_memory(CausalLM& model, const MeshContext& ctx, const StepShape&
       recomputed.push_back(0);
     }
   }
-  const double final_acts = 2.0 * h;  // final norm input + lm_head input
+  const double final_acts = sv.last ? 2.0 * h : 0.0;  // final norm input + lm_head input
   double kept_all = final_acts, max_recomputed = 0;
   for (size_t l = 0; l < kept.size(); ++l) {
     kept_all += kept[l];
@@ -192,7 +233,7 @@ MemoryPlan plan_memory(CausalLM& model, const MeshContext& ctx, const StepShape&
   // holds the logits + 2 [tokens, vocab / tp] temporaries (x - max, exp), the backward the logits,
   // the bool target mask (1/4) and the 5 temporaries of its one dlogits expression.
   const double local_logits = T * static_cast<double>(c.vocab_size) / t * P;
-  const double ce_peak = tp > 1 ? 6.25 * local_logits : 2.0 * local_logits;
+  const double ce_peak = !sv.last ? 0.0 : tp > 1 ? 6.25 * local_logits : 2.0 * local_logits;
   plan.logits_bytes = ce_peak;
 
   // The step's peak over its phases (beyond params + optimizer state), each a point where the
@@ -212,41 +253,92 @@ MemoryPlan plan_memory(CausalLM& model, const MeshContext& ctx, const StepShape&
       layer_grad_shard = std::max(layer_grad_shard, u.grad_shard);
       layer_grad_full = std::max(layer_grad_full, u.grad_unsharded);
     }
+  const double head_grad_shard = units.count("head") ? units["head"].grad_shard : 0.0;  // reduced right after lm_head
   const double gathered_tables = fsdp ? tables * P : 0.0;
   const double gathered_layer = fsdp ? max_layer * P : 0.0;
-  const double L = static_cast<double>(c.num_hidden_layers);
+  const double L = static_cast<double>(mine.size());
+  // dtr-train's micro_batch holds the logits until its backward returns (trainer.cpp).
+  const double held_logits = sv.last ? local_logits : 0.0;
   double peak = T * kept_all * P + ce_peak + gathered_tables + gathered_layer;
-  {
+  if (!sv.actions.empty()) {
+    // Pipeline: the kept activations of every micro-batch in flight on this rank (the schedule's
+    // forwards minus backwards per local stage), then the backward point of one layer with every
+    // gradient of the rank present (they accumulate over the micro-batches).
+    std::vector<double> stage_kept(sv.ranges.size(), 0.0);
+    for (size_t i = 0; i < sv.ranges.size(); ++i) {
+      for (size_t j = 0; j < mine.size(); ++j)
+        if (mine[j] >= sv.ranges[i].first && mine[j] < sv.ranges[i].second) stage_kept[i] += kept[j];
+      if (sv.global_stage[i] == sv.num_stages - 1) stage_kept[i] += final_acts;
+      stage_kept[i] *= T * P;
+    }
+    double in_flight = 0, max_in_flight = 0;
+    for (const PipelineAction& a : sv.actions) {
+      size_t i = 0;
+      while (i < sv.global_stage.size() && sv.global_stage[i] != a.stage) ++i;
+      const double d = a.type == PipelineAction::Forward ? stage_kept[i] : -stage_kept[i];
+      in_flight += d;
+      max_in_flight = std::max(max_in_flight, in_flight);
+    }
+    plan.activation_bytes = max_in_flight + T * max_recomputed * P;
+    const double grads = fsdp ? (held ? all_grad_unsharded * R : 2.0 * layer_grad_full * R) + plan.grad_bytes
+                              : plan.grad_bytes;
+    peak = max_in_flight + std::max(ce_peak, held_logits) + gathered_tables + (fsdp ? (1.0 + depth) * gathered_layer : 0.0) +
+           T * max_recomputed * P + grads;
+  } else {
     double kept_below = T * kept_all * P - T * final_acts * P;
-    for (int64_t l = c.num_hidden_layers - 1; l >= 0; --l) {
-      const double done = L - 1.0 - static_cast<double>(l);  // layers whose backward finished
-      double live = kept_below + T * recomputed[l] * P + gathered_tables;
+    for (size_t j = mine.size(); j-- > 0;) {
+      const double done = L - 1.0 - static_cast<double>(j);  // layers whose backward finished
+      double live = kept_below + T * recomputed[j] * P + gathered_tables + held_logits;
       if (fsdp) {
-        const double in_flight = std::min<double>(1.0 + depth, static_cast<double>(l) + 1.0);
-        live += in_flight * gathered_layer + (held ? all_grad_unsharded * R : 2.0 * layer_grad_full * R) +
-                (done * layer_grad_shard + tables_grad_shard) * S;
+        const double in_flight = std::min<double>(1.0 + depth, static_cast<double>(j) + 1.0);
+        // fully_shard waits for the reduce-scatters when the backward ends: every finished
+        // unit's chunk_cat input (padded, dp_shard x its shard) and output stay until then.
+        const double unit_rs = (static_cast<double>(dp_shard) + 1.0) * R;
+        live += in_flight * gathered_layer +
+                (held ? all_grad_unsharded * R + (done * layer_grad_shard + head_grad_shard) * R
+                      : layer_grad_full * R + (done * layer_grad_shard + head_grad_shard) * unit_rs);
       } else {
         live += ((done + 1.0) * layer_grad_full + tables_grad) * S;
       }
       peak = std::max(peak, live);
-      kept_below -= T * kept[l] * P;
+      kept_below -= T * kept[j] * P;
     }
   }
-  const double bwd_end = plan.grad_bytes + (fsdp ? gathered_tables + 2.0 * tables_grad * R : 0.0);
+  // A leaf's .grad is accumulated out of place (autograd/engine.cpp: grad = grad + g): the old
+  // gradient, the new one and their sum at once. That happens for the output table in lm_head's
+  // backward when gradients persist over micro-batches (held by defer_fsdp_grad_sync, or no
+  // FSDP), and for a tied trainable table in the embedding's backward (its second contribution).
+  const double G = fsdp ? R : S;
+  const bool persist = held || (!fsdp && st.grad_accum > 1);
+  const double grads_held = held ? all_grad_unsharded * R : !fsdp && st.grad_accum > 1 ? plan.grad_bytes : 0.0;
+  if (sv.last && head_grad > 0) {
+    const double head = T * kept_all * P + 2.0 * local_logits + gathered_tables + gathered_layer + grads_held +
+                        (persist ? 2.0 : 1.0) * head_grad * G;
+    peak = std::max(peak, head);
+  }
+  double grad_shards = 0;
+  for (const auto& [name, u] : units) grad_shards += u.grad_shard;
+  // FSDP: every unit's reduce-scatter input and output until fully_shard waits for them.
+  double bwd_end = fsdp ? gathered_tables + (static_cast<double>(dp_shard) + 1.0) * grad_shards * R : plan.grad_bytes;
+  if (c.tie_word_embeddings && head_grad > 0 && sv.first)
+    bwd_end = std::max(bwd_end, (fsdp ? plan.grad_bytes + gathered_tables : 0.0) +
+                                    (held ? all_grad_unsharded * R : fsdp ? tables_grad * R : plan.grad_bytes) +
+                                    2.0 * head_grad * G);
   const double clip = plan.grad_bytes + 2.0 * 8.0 * max_local_grad;  // abs(g.to(f64)): both f64 temporaries
   peak = std::max({peak, bwd_end, clip});
   plan.peak_bytes = plan.param_bytes + plan.optimizer_bytes + peak;
-  // Load: the shards, + one parameter's shard read from the file before it is copied in.
-  plan.load_peak_bytes = plan.param_bytes + (st.from_file ? max_local_param * S : 0.0) + (1 << 20);
+  // Load: the shards, + under FSDP one parameter's shard read from the file before fully_shard
+  // copies it into the flat shard (without FSDP the block is read into the parameter itself).
+  plan.load_peak_bytes = plan.param_bytes + (st.from_file && fsdp ? max_local_param * S : 0.0) + (1 << 20);
 
-  // Comm per step.
-  const double accum = static_cast<double>(st.grad_accum);
+  // Comm per step (pp: per micro-batch of the schedule).
+  const double accum = sv.actions.empty() ? static_cast<double>(st.grad_accum) : sv.microbatches;
   if (fsdp && dp_shard > 1) {
     CommVolume& v = plan.comm[ctx.cp_size > 1 ? "dp_shard_cp" : "dp_shard"];
-    const int64_t L = c.num_hidden_layers;
+    const int64_t last_layer = mine.empty() ? -1 : mine.back();
     for (const auto& [name, u] : units) {
       // Forward gathers every unit; backward again the layers resharded after forward (all but the last).
-      const bool resharded = name.rfind("model.layers.", 0) == 0 && name != "model.layers." + std::to_string(L - 1);
+      const bool resharded = name.rfind("model.layers.", 0) == 0 && name != "model.layers." + std::to_string(last_layer);
       const bool reshard = ctx.reshard_after_forward.value_or(resharded) && !name.empty() && name != "embed" && name != "head";
       v.all_gather += accum * (1.0 + (reshard ? 1.0 : 0.0)) * u.shard * P;
       const double syncs = ctx.defer_fsdp_grad_sync ? 1.0 : accum;
@@ -266,19 +358,87 @@ MemoryPlan plan_memory(CausalLM& model, const MeshContext& ctx, const StepShape&
   if (tp > 1) {
     CommVolume& v = plan.comm["tp"];
     const double act = T * h * P;  // one [tokens, hidden] activation
-    const double L = static_cast<double>(c.num_hidden_layers);
+    const double L = static_cast<double>(mine.size());
     // Per layer: o_proj and down outputs reduced (forward), the colwise blocks' input gradients
     // reduced (backward); plus the vocab-parallel embedding (forward) and lm_head's input gradient.
+    // Under SP: forward reduce-scatters (embedding + o_proj / down) and all-gathers of sequence
+    // shards (attention / MLP inputs + lm_head's input; each sends its shard's row count first,
+    // one i64), backward the other way round; the norms' weight gradients (Partial over tp) are
+    // all-reduced. Without SP: forward all-reduces (embedding + o_proj / down), backward one per
+    // colwise linear's input gradient (q, k, v, gate, up: each its own) + lm_head's input.
+    // Vocab-parallel cross_entropy: max and (sum exp, target logit) per row, f64, forward and
+    // backward (dtensor/rules/loss.cpp).
+    const double norms = (2.0 * L + (sv.last ? 1.0 : 0.0)) * h;
     if (ctx.sequence_parallel) {
-      v.reduce_scatter += accum * (2.0 * L * act + act);
-      v.all_gather += accum * 2.0 * L * act / t;
-      v.reduce_scatter += accum * (2.0 * L * act + act);  // backward of the gathers
-      v.all_gather += accum * 2.0 * L * act / t;          // backward of the reduce-scatters
+      // Uneven sequence shards travel padded to ceil(seq / tp) rows each.
+      const int64_t seq = st.seq_len / ctx.cp_size;
+      const double padded = act * static_cast<double>(ceil_div(seq, tp) * tp) / static_cast<double>(seq);
+      v.reduce_scatter += accum * 2.0 * (2.0 * L + 1.0) * padded;
+      v.all_gather += accum * (2.0 * (2.0 * L + 1.0) * padded / t + (2.0 * L + 1.0) * 8.0);
+      v.all_reduce += norms * S;
     } else {
-      v.all_reduce += accum * (4.0 * L * act + 2.0 * act);
+      v.all_reduce += accum * (7.0 * L + 2.0) * act;
     }
+    v.all_reduce += accum * 2.0 * 3.0 * 8.0 * T;
+  }
+  if (!sv.actions.empty()) {
+    // Activations to the next stage (forward) and their gradients to the previous (backward).
+    double sends = 0;
+    for (int g : sv.global_stage) sends += (g + 1 < sv.num_stages ? 1.0 : 0.0) + (g > 0 ? 1.0 : 0.0);
+    plan.comm["pp"].send += sv.microbatches * sends * T * resid * P;
   }
   return plan;
+}
+
+}  // namespace
+
+MemoryPlan plan_memory(CausalLM& model, const MeshContext& ctx, const StepShape& st, DType storage) {
+  if (ctx.pp_size <= 1) {
+    RankStages all;
+    all.ranges = {{0, model.config().num_hidden_layers}};
+    all.global_stage = {0};
+    return plan_rank(model, ctx, st, storage, all);
+  }
+  // Every pp rank planned; the plan is the rank with the largest peak.
+  const int pp = static_cast<int>(ctx.pp_size);
+  const int64_t L = model.config().num_hidden_layers;
+  const int v = ctx.pipeline.stages_per_rank(L, pp, "distributed.pipeline");
+  const std::vector<std::pair<int64_t, int64_t>> ranges =
+      stage_layer_ranges(split_layers(L, pp * v, ctx.pipeline.layer_counts, "distributed.pipeline.layers_per_stage"));
+  const int64_t rows = ctx.pipeline.microbatch_size > 0 ? ctx.pipeline.microbatch_size : st.local_batch;
+  const int m = static_cast<int>(std::max<int64_t>(1, st.grad_accum * st.local_batch / rows));
+  MemoryPlan best;
+  std::string peaks;
+  for (int r = 0; r < pp; ++r) {
+    RankStages sv;
+    sv.num_stages = pp * v;
+    for (int k = 0; k < v; ++k) {
+      const int g = k * pp + r;
+      sv.global_stage.push_back(g);
+      sv.ranges.push_back(ranges[g]);
+    }
+    sv.first = r == 0;
+    sv.last = (v - 1) * pp + r == pp * v - 1;
+    sv.microbatches = m;
+    sv.actions = pipeline_schedule(ctx.pipeline.schedule, {pp, v, m}, r);
+    MemoryPlan p = plan_rank(model, ctx, st, storage, sv);
+    peaks += (r ? ", " : "") + format_bytes(p.peak_bytes);
+    if (r == 0 || p.peak_bytes > best.peak_bytes) {
+      best = p;
+      best.note = "pp rank " + std::to_string(r);
+    }
+  }
+  // Whole-model counts (each rank's plan counts its stages' parameters only).
+  best.params = 0;
+  best.trainable = 0;
+  for (const auto& [fqn, p] : model.named_parameters()) {
+    best.params += p.numel();
+    if (p.requires_grad()) best.trainable += p.numel();
+  }
+  best.note = "pipeline " + std::string(pipeline_schedule_name(ctx.pipeline.schedule)) + ", " + std::to_string(m) +
+              " micro-batches of " + std::to_string(rows) + " rows: figures are " + best.note +
+              "'s (the largest peak); peaks by pp rank: " + peaks;
+  return best;
 }
 
 std::string format_bytes(double b) {
@@ -301,7 +461,7 @@ std::string MemoryPlan::str() const {
   if (comm.empty()) o << " none";
   for (const auto& [dim, v] : comm)
     o << "\n  " << dim << ": all_gather " << f(v.all_gather) << ", reduce_scatter " << f(v.reduce_scatter)
-      << ", all_reduce " << f(v.all_reduce);
+      << ", all_reduce " << f(v.all_reduce) << (v.send > 0 ? ", send " + f(v.send) : std::string());
   o << "\n";
   if (!note.empty()) o << "note: " << note << "\n";
   return o.str();

@@ -28,9 +28,11 @@
 //    kept activations + the logits' peak + gathered tables + last layer), the backward of each
 //    layer (activations below it, its recomputation, gathered layers in flight, gradients so far),
 //    end of backward (all gradients + the tables' reduce-scatter), clip_grad_norm (all gradients
-//    + the f64 copy and |g| of the largest local gradient). Checked against the allocator's peak
+//    + the f64 copy and |g| of the largest local gradient); dtr-train's micro-batch holds its
+//    logits until the backward returns, and a .grad that accumulates (over micro-batches, or a
+//    tied table's second contribution) briefly holds old + new + sum (autograd/engine.cpp). Checked against the allocator's peak
 //    of real steps in tests/models/mpi_test_memory_plan_measured.cpp (1-4 ranks, within 10%).
-//  - load phase: the shards + one parameter's shard read from the file (StepShape::from_file).
+//  - load phase: the shards + under FSDP one parameter's shard read from the file (StepShape::from_file).
 //  - comm per step and mesh dim (input bytes per call, as the process-group counters count):
 //    FSDP all-gather (forward every unit, backward the resharded ones, per micro-batch),
 //    reduce-scatter (per sync), HSDP all-reduce; TP all-reduce (or reduce-scatter + all-gather
@@ -56,7 +58,8 @@ struct StepShape {
 /// Bytes one rank sends per step on one mesh dim, by collective.
 struct CommVolume {
   double all_gather = 0, reduce_scatter = 0, all_reduce = 0;
-  double total() const { return all_gather + reduce_scatter + all_reduce; }
+  double send = 0;  // pipeline point-to-point (activations forward, their gradients backward)
+  double total() const { return all_gather + reduce_scatter + all_reduce + send; }
 };
 
 /// The plan of one rank (bytes).
@@ -67,15 +70,22 @@ struct MemoryPlan {
   double activation_bytes = 0, logits_bytes = 0;
   double load_peak_bytes = 0;  // the load phase: the shards (+ one read block) + 1 MiB
   double peak_bytes = 0;       // params + optimizer + the largest of the step's points (above)
-  std::map<std::string, CommVolume> comm;
-  std::string note;  // what the model leaves out for this mesh (pp, cp)  // mesh dim ("dp_shard", "dp_replicate", "tp", "dp") -> bytes
+  std::map<std::string, CommVolume> comm;  // mesh dim ("dp_shard", "dp_replicate", "tp", "dp", "pp") -> bytes
+  std::string note;  // pp: which rank the figures are and every pp rank's peak
   /// A multi-line table (what --dry-run prints).
   std::string str() const;
 };
 
 /// Plans `model` (built on meta tensors or not: only shapes are read) under `ctx` (validated;
 /// its mesh need not exist) for `step`. `storage` is the parameters' dtype.
-/// pp and cp are not modelled (MemoryPlan::note says so).
+/// pp > 1: every pp rank is planned with its stages' parameters (stage_split.h's layer split,
+/// the embedding on the first stage, final norm + lm_head on the last, a tied table on both)
+/// and the activations of the micro-batches its schedule (schedule.h: GPipe all m, 1F1B
+/// pp - rank, interleaved as listed) holds in flight, each of ctx.pipeline.microbatch_size
+/// rows; the plan returned is the rank with the largest peak (MemoryPlan::note names it and
+/// lists every rank's peak), comm "pp" the bytes it sends. The pp figures are a model only: no
+/// test checks them against a real pipeline step yet. cp: tokens / cp per rank.
+/// Errors: a pipeline split the schedule does not take (PipelineConfig::stages_per_rank).
 MemoryPlan plan_memory(CausalLM& model, const MeshContext& ctx, const StepShape& step, DType storage);
 
 /// "12.34 MiB" below 1 GiB, "1.234 GiB" above.

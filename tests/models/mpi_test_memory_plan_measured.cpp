@@ -2,8 +2,9 @@
 // training step (forward, backward, FSDP's reduce-scatter, clip_grad_norm, AdamW) of a
 // meta-built Llama-shaped model under parallelize_model on 1-4 ranks, its peak live bytes per
 // rank (the figure dtr-train reports as peak_mem_bytes) within 10% of the plan's peak, for
-// LoRA under FSDP, full fine-tuning under FSDP (no AC and full AC) and TP (+ FSDP); and the load
-// phase's peak against the plan's.
+// LoRA under FSDP, full fine-tuning under FSDP (no AC and full AC) and TP (+ FSDP); the load
+// phase's peak against the plan's; and the plan's TP (+ SP) and DDP bytes per step equal to the
+// process-group counters of a real step (2-4 ranks, uneven sequence shards on 3).
 #include <catch2/catch.hpp>
 
 #include <cstdio>
@@ -95,13 +96,16 @@ TEST_CASE("dry-run plan: predicted peak memory per rank within 10% of a real ste
     auto step = [&] {
       const int64_t b0 = memory_stats().current;
       reset_peak_memory();
-      Tensor loss = causal_lm_loss(m->call(ids), ids, false);
+      // As dtr-train's micro_batch: the logits held until the backward returns.
+      Tensor logits = m->call(ids);
+      Tensor loss = causal_lm_loss(logits, ids, false);
       fwd_peak = static_cast<double>(memory_stats().peak - before);
       fwd_end = static_cast<double>(memory_stats().current - before);
       reset_peak_memory();
       loss.backward();
-      finish_model_backward(*m, ctx);
       loss = Tensor();
+      logits = Tensor();
+      finish_model_backward(*m, ctx);
       bwd_peak = static_cast<double>(memory_stats().peak - before);
       reset_peak_memory();
       clip_grad_norm(params, 1.0);
@@ -125,5 +129,63 @@ TEST_CASE("dry-run plan: predicted peak memory per rank within 10% of a real ste
     INFO(k.name << " on " << world_size() << " ranks: plan " << plan.peak_bytes << " measured " << measured);
     CHECK(plan.peak_bytes == Approx(measured).epsilon(0.10));
     CHECK(plan.load_peak_bytes == Approx(load_peak).epsilon(0.10));
+  }
+}
+
+TEST_CASE("dry-run plan: TP (+ SP) and DDP bytes per step equal the process-group counters of a real step",
+          "[memory_plan]") {
+  const int64_t w = world_size();
+  if (w < 2) return;
+  const int64_t B = 2, S = 16;
+  const ModelConfig c = plan_test_config(false);
+  struct Comm {
+    std::string name;
+    int64_t dp, tp;
+    bool sp, ddp;
+  };
+  std::vector<Comm> comms = {{"DDP", w, 1, false, true}};
+  if (w == 2 || w == 3) {
+    comms.push_back({"TP", 1, w, false, false});
+    comms.push_back({"TP + SP", 1, w, true, false});
+  }
+  if (w == 4) {
+    comms.push_back({"FSDP 2 x TP 2", 2, 2, false, false});
+    comms.push_back({"FSDP 2 x TP 2 + SP", 2, 2, true, false});
+  }
+  for (const Comm& k : comms) {
+    MeshContext ctx;
+    ctx.world_size = w;
+    ctx.dp_size = k.dp;
+    ctx.tp_size = k.tp;
+    ctx.sequence_parallel = k.sp;
+    if (k.ddp) ctx.strategy = DataParallelStrategy::ddp;
+    ctx.validate("test");
+    ctx.build_mesh();
+    std::shared_ptr<CausalLM> m;
+    {
+      MetaInitGuard g;
+      manual_seed(5);
+      m = std::make_shared<CausalLM>(c);
+    }
+    const MemoryPlan plan = plan_memory(*m, ctx, {B, S, 1}, DType::f32);
+    parallelize_model(*m, ctx);
+    std::vector<int64_t> v;
+    for (int64_t i = 0; i < B * S; ++i) v.push_back((i * 7 + ctx.dp_rank() * 3) % c.vocab_size);
+    const Tensor ids = from_vector<int64_t>(v, {B, S});
+    auto step = [&] {
+      Tensor loss = causal_lm_loss(m->call(ids), ids, false);
+      loss.backward();
+      finish_model_backward(*m, ctx);
+    };
+    step();  // warm-up
+    CommCounters& cnt = (k.ddp ? ctx.dp_mesh() : ctx.tp_mesh()).group(0)->counters();
+    cnt.reset();
+    step();
+    const CommVolume& want = plan.comm.at(k.ddp ? "dp" : "tp");
+    INFO(k.name << " on " << w << " ranks");
+    CHECK(static_cast<double>(cnt.nbytes(CommKind::all_reduce)) == want.all_reduce);
+    CHECK(static_cast<double>(cnt.nbytes(CommKind::reduce_scatter)) == want.reduce_scatter);
+    CHECK(static_cast<double>(cnt.nbytes(CommKind::all_gather)) == want.all_gather);
+    m.reset();
   }
 }
