@@ -2,6 +2,7 @@
 #include "models/transformer/memory_plan.h"
 
 #include <algorithm>
+#include <cmath>
 #include <sstream>
 
 #include "models/formats/hf_config.h"
@@ -228,11 +229,15 @@ MemoryPlan plan_rank(CausalLM& model, const MeshContext& ctx, const StepShape& s
     max_recomputed = std::max(max_recomputed, recomputed[l]);
   }
   plan.activation_bytes = T * (kept_all + max_recomputed) * P;
-  // Logits [tokens, vocab / tp]. cross_entropy keeps them for its backward, which holds them and
-  // their gradient. Vocab-parallel (loss parallel under TP, dtensor/rules/loss.cpp): the forward
-  // holds the logits + 2 [tokens, vocab / tp] temporaries (x - max, exp), the backward the logits,
-  // the bool target mask (1/4) and the 5 temporaries of its one dlogits expression.
-  const double local_logits = T * static_cast<double>(c.vocab_size) / t * P;
+  // The loss: dtr-train takes it through the fused head (linear_cross_entropy, causal_lm.h's
+  // causal_lm_loss(model, ids, labels)): in the forward, per chunk of min(tokens, 2^27 / (4 V))
+  // rows, the chunk's logits [rows, vocab / tp] (f32) and cross_entropy's backward on them: the
+  // logits and their gradient (2x); vocab-parallel under TP 6.25x (logits, target mask and the
+  // 5 temporaries of dtensor/rules/loss.cpp's dlogits expression). The input gradient [tokens,
+  // hidden] and the head's weight gradient are formed there and held until the backward.
+  const double chunk_rows = std::min(T, std::max(16.0, std::floor(static_cast<double>(int64_t{1} << 27) /
+                                                                  (4.0 * static_cast<double>(c.vocab_size)))));
+  const double local_logits = chunk_rows * static_cast<double>(c.vocab_size) / t * std::max(P, 4.0);
   const double ce_peak = !sv.last ? 0.0 : tp > 1 ? 6.25 * local_logits : 2.0 * local_logits;
   plan.logits_bytes = ce_peak;
 
@@ -257,9 +262,15 @@ MemoryPlan plan_rank(CausalLM& model, const MeshContext& ctx, const StepShape& s
   const double gathered_tables = fsdp ? tables * P : 0.0;
   const double gathered_layer = fsdp ? max_layer * P : 0.0;
   const double L = static_cast<double>(mine.size());
-  // dtr-train's micro_batch holds the logits until its backward returns (trainer.cpp).
-  const double held_logits = sv.last ? local_logits : 0.0;
-  double peak = T * kept_all * P + ce_peak + gathered_tables + gathered_layer;
+  const double G = fsdp ? R : S;
+  // The fused head also holds mm(x, w.t())'s contiguous copy of the transposed weight [vocab /
+  // tp, hidden] and, for a trainable head, its f32 weight gradient + one update term of up to
+  // 16384 vocabulary rows (linear_cross_entropy's kSliceRows).
+  const double F = std::max(P, 4.0);
+  const double head_rows = static_cast<double>(c.vocab_size) / t;
+  const double head_dx = sv.last ? T * h * F + head_rows * h * F : 0.0;
+  const double head_dw = sv.last && head_grad > 0 ? head_grad * F + std::min(head_rows, 16384.0) * h * F : 0.0;
+  double peak = T * kept_all * P + ce_peak + gathered_tables + gathered_layer + head_dx + head_dw;
   if (!sv.actions.empty()) {
     // Pipeline: the kept activations of every micro-batch in flight on this rank (the schedule's
     // forwards minus backwards per local stage), then the backward point of one layer with every
@@ -282,13 +293,13 @@ MemoryPlan plan_rank(CausalLM& model, const MeshContext& ctx, const StepShape& s
     plan.activation_bytes = max_in_flight + T * max_recomputed * P;
     const double grads = fsdp ? (held ? all_grad_unsharded * R : 2.0 * layer_grad_full * R) + plan.grad_bytes
                               : plan.grad_bytes;
-    peak = max_in_flight + std::max(ce_peak, held_logits) + gathered_tables + (fsdp ? (1.0 + depth) * gathered_layer : 0.0) +
+    peak = max_in_flight + ce_peak + head_dx + gathered_tables + (fsdp ? (1.0 + depth) * gathered_layer : 0.0) +
            T * max_recomputed * P + grads;
   } else {
     double kept_below = T * kept_all * P - T * final_acts * P;
     for (size_t j = mine.size(); j-- > 0;) {
       const double done = L - 1.0 - static_cast<double>(j);  // layers whose backward finished
-      double live = kept_below + T * recomputed[j] * P + gathered_tables + held_logits;
+      double live = kept_below + T * recomputed[j] * P + gathered_tables;
       if (fsdp) {
         const double in_flight = std::min<double>(1.0 + depth, static_cast<double>(j) + 1.0);
         // fully_shard waits for the reduce-scatters when the backward ends: every finished
@@ -308,11 +319,10 @@ MemoryPlan plan_rank(CausalLM& model, const MeshContext& ctx, const StepShape& s
   // gradient, the new one and their sum at once. That happens for the output table in lm_head's
   // backward when gradients persist over micro-batches (held by defer_fsdp_grad_sync, or no
   // FSDP), and for a tied trainable table in the embedding's backward (its second contribution).
-  const double G = fsdp ? R : S;
   const bool persist = held || (!fsdp && st.grad_accum > 1);
   const double grads_held = held ? all_grad_unsharded * R : !fsdp && st.grad_accum > 1 ? plan.grad_bytes : 0.0;
   if (sv.last && head_grad > 0) {
-    const double head = T * kept_all * P + 2.0 * local_logits + gathered_tables + gathered_layer + grads_held +
+    const double head = T * kept_all * P + head_dx + gathered_tables + gathered_layer + grads_held +
                         (persist ? 2.0 : 1.0) * head_grad * G;
     peak = std::max(peak, head);
   }

@@ -21,16 +21,17 @@
 //    saves (no AC: the layer input, both normalised inputs, the residual, q / k / v after RoPE,
 //    the attention output and its logsumexp, gate / up / SwiGLU output, LoRA A outputs);
 //    selective: mm / bmm / sdpa outputs + layer inputs; full: layer inputs; both + one layer
-//    recomputed in its backward. Logits [tokens, vocab / tp]: cross_entropy's backward holds the
-//    logits and their gradient (2x); vocab-parallel under TP 6.25x (logits, target mask and the
-//    5 temporaries of dtensor/rules/loss.cpp's dlogits expression).
-//  - peak: params + optimizer state + the largest of the step's points: start of backward (all
-//    kept activations + the logits' peak + gathered tables + last layer), the backward of each
+//    recomputed in its backward. The loss through the fused head (linear_cross_entropy): per
+//    chunk of min(tokens, 2^27 / (4 V)) rows its f32 logits [rows, vocab / tp] and their
+//    gradient (2x; vocab-parallel under TP 6.25x: logits, target mask and the 5 temporaries of
+//    dtensor/rules/loss.cpp's dlogits expression), and the input / head-weight gradients it forms.
+//  - peak: params + optimizer state + the largest of the step's points: the loss (all kept
+//    activations + the fused head's peak + gathered tables + last layer), the backward of each
 //    layer (activations below it, its recomputation, gathered layers in flight, gradients so far),
 //    end of backward (all gradients + the tables' reduce-scatter), clip_grad_norm (all gradients
-//    + the f64 copy and |g| of the largest local gradient); dtr-train's micro-batch holds its
-//    logits until the backward returns, and a .grad that accumulates (over micro-batches, or a
-//    tied table's second contribution) briefly holds old + new + sum (autograd/engine.cpp). Checked against the allocator's peak
+//    + the f64 copy and |g| of the largest local gradient); a .grad that accumulates (over
+//    micro-batches, or a tied table's second contribution) briefly holds old + new + sum
+//    (autograd/engine.cpp). Checked against the allocator's peak
 //    of real steps in tests/models/mpi_test_memory_plan_measured.cpp (1-4 ranks, within 10%).
 //  - load phase: the shards + under FSDP one parameter's shard read from the file (StepShape::from_file).
 //  - comm per step and mesh dim (input bytes per call, as the process-group counters count):

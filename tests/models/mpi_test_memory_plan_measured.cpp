@@ -96,15 +96,13 @@ TEST_CASE("dry-run plan: predicted peak memory per rank within 10% of a real ste
     auto step = [&] {
       const int64_t b0 = memory_stats().current;
       reset_peak_memory();
-      // As dtr-train's micro_batch: the logits held until the backward returns.
-      Tensor logits = m->call(ids);
-      Tensor loss = causal_lm_loss(logits, ids, false);
+      // As dtr-train's micro_batch: the loss through the fused head.
+      Tensor loss = causal_lm_loss(*m, ids, ids, false);
       fwd_peak = static_cast<double>(memory_stats().peak - before);
       fwd_end = static_cast<double>(memory_stats().current - before);
       reset_peak_memory();
       loss.backward();
       loss = Tensor();
-      logits = Tensor();
       finish_model_backward(*m, ctx);
       bwd_peak = static_cast<double>(memory_stats().peak - before);
       reset_peak_memory();
@@ -173,7 +171,7 @@ TEST_CASE("dry-run plan: TP (+ SP) and DDP bytes per step equal the process-grou
     for (int64_t i = 0; i < B * S; ++i) v.push_back((i * 7 + ctx.dp_rank() * 3) % c.vocab_size);
     const Tensor ids = from_vector<int64_t>(v, {B, S});
     auto step = [&] {
-      Tensor loss = causal_lm_loss(m->call(ids), ids, false);
+      Tensor loss = causal_lm_loss(*m, ids, ids, false);
       loss.backward();
       finish_model_backward(*m, ctx);
     };
