@@ -230,12 +230,12 @@ MemoryPlan plan_rank(CausalLM& model, const MeshContext& ctx, const StepShape& s
   }
   plan.activation_bytes = T * (kept_all + max_recomputed) * P;
   // The loss: dtr-train takes it through the fused head (linear_cross_entropy, causal_lm.h's
-  // causal_lm_loss(model, ids, labels)): in the forward, per chunk of min(tokens, 2^27 / (4 V))
+  // causal_lm_loss(model, ids, labels)): in the forward, per chunk of min(tokens, 2^28 / (4 V))
   // rows, the chunk's logits [rows, vocab / tp] (f32) and cross_entropy's backward on them: the
   // logits and their gradient (2x); vocab-parallel under TP 6.25x (logits, target mask and the
   // 5 temporaries of dtensor/rules/loss.cpp's dlogits expression). The input gradient [tokens,
   // hidden] and the head's weight gradient are formed there and held until the backward.
-  const double chunk_rows = std::min(T, std::max(16.0, std::floor(static_cast<double>(int64_t{1} << 27) /
+  const double chunk_rows = std::min(T, std::max(16.0, std::floor(static_cast<double>(int64_t{1} << 28) /
                                                                   (4.0 * static_cast<double>(c.vocab_size)))));
   const double local_logits = chunk_rows * static_cast<double>(c.vocab_size) / t * std::max(P, 4.0);
   const double ce_peak = !sv.last ? 0.0 : tp > 1 ? 6.25 * local_logits : 2.0 * local_logits;
@@ -263,13 +263,13 @@ MemoryPlan plan_rank(CausalLM& model, const MeshContext& ctx, const StepShape& s
   const double gathered_layer = fsdp ? max_layer * P : 0.0;
   const double L = static_cast<double>(mine.size());
   const double G = fsdp ? R : S;
-  // The fused head also holds mm(x, w.t())'s contiguous copy of the transposed weight [vocab /
-  // tp, hidden] and, for a trainable head, its f32 weight gradient + one update term of up to
-  // 16384 vocabulary rows (linear_cross_entropy's kSliceRows).
+  // The fused head also holds its input gradient [tokens, hidden], f32 copies of a bf16 input and
+  // weight [vocab / tp, hidden], and for a trainable head its f32 weight gradient + one update
+  // term of up to 4096 vocabulary rows (linear_cross_entropy's kSliceRows).
   const double F = std::max(P, 4.0);
   const double head_rows = static_cast<double>(c.vocab_size) / t;
-  const double head_dx = sv.last ? T * h * F + head_rows * h * F : 0.0;
-  const double head_dw = sv.last && head_grad > 0 ? head_grad * F + std::min(head_rows, 16384.0) * h * F : 0.0;
+  const double head_dx = sv.last ? T * h * F + (P < 4.0 ? (T + head_rows) * h * F : 0.0) : 0.0;
+  const double head_dw = sv.last && head_grad > 0 ? head_grad * F + std::min(head_rows, 4096.0) * h * F : 0.0;
   double peak = T * kept_all * P + ce_peak + gathered_tables + gathered_layer + head_dx + head_dw;
   if (!sv.actions.empty()) {
     // Pipeline: the kept activations of every micro-batch in flight on this rank (the schedule's

@@ -22,7 +22,7 @@
 //    the attention output and its logsumexp, gate / up / SwiGLU output, LoRA A outputs);
 //    selective: mm / bmm / sdpa outputs + layer inputs; full: layer inputs; both + one layer
 //    recomputed in its backward. The loss through the fused head (linear_cross_entropy): per
-//    chunk of min(tokens, 2^27 / (4 V)) rows its f32 logits [rows, vocab / tp] and their
+//    chunk of min(tokens, 2^28 / (4 V)) rows its f32 logits [rows, vocab / tp] and their
 //    gradient (2x; vocab-parallel under TP 6.25x: logits, target mask and the 5 temporaries of
 //    dtensor/rules/loss.cpp's dlogits expression), and the input / head-weight gradients it forms.
 //  - peak: params + optimizer state + the largest of the step's points: the loss (all kept
