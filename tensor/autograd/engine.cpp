@@ -13,6 +13,41 @@ namespace {
 
 std::atomic<uint64_t> g_next_sequence{0};
 
+// End-of-backward callbacks (queue_callback): per thread, like PyTorch's per-graph-task list.
+thread_local int t_backward_depth = 0;
+thread_local uint64_t t_backward_id = 0;  // id of the outermost backward running, 0 outside
+thread_local uint64_t t_backward_count = 0;
+thread_local std::vector<std::function<void()>> t_final_callbacks;
+
+/// Tracks the nesting of run_backward; the outermost scope drops what is left queued when it is
+/// left by an exception (and after the callbacks ran).
+struct BackwardScope {
+  BackwardScope() {
+    if (t_backward_depth++ == 0) {
+      t_final_callbacks.clear();
+      t_backward_id = ++t_backward_count;
+    }
+  }
+  ~BackwardScope() {
+    if (--t_backward_depth == 0) {
+      t_final_callbacks.clear();
+      t_backward_id = 0;
+    }
+  }
+  BackwardScope(const BackwardScope&) = delete;
+  BackwardScope& operator=(const BackwardScope&) = delete;
+  bool outermost() const { return t_backward_depth == 1; }
+};
+
+/// Runs the queued callbacks in order, including those queued by a callback.
+void run_final_callbacks() {
+  for (size_t i = 0; i < t_final_callbacks.size(); ++i) {
+    std::function<void()> fn = std::move(t_final_callbacks[i]);
+    fn();
+  }
+  t_final_callbacks.clear();
+}
+
 /// The node of a recorded op: calls the op's backward closure.
 struct FunctionNode final : Node {
   std::string op;
@@ -135,7 +170,17 @@ void record(const char* name, const std::vector<Tensor>& inputs, Tensor& output,
   record(name, inputs, outs, std::move(fn));
 }
 
-void run_backward(const std::vector<Tensor>& roots, const std::vector<Tensor>& grads, bool retain_graph) {
+void queue_callback(std::function<void()> fn) {
+  DTR_CHECK(t_backward_depth > 0, "queue_callback: final callbacks can only be queued during backward");
+  DTR_CHECK(fn != nullptr, "queue_callback: empty callback");
+  t_final_callbacks.push_back(std::move(fn));
+}
+
+uint64_t current_backward_id() { return t_backward_id; }
+
+namespace {
+/// The graph part of run_backward: dependency counts, then nodes in ready order.
+void run_graph(const std::vector<Tensor>& roots, const std::vector<Tensor>& grads, bool retain_graph) {
   DTR_CHECK(roots.size() == grads.size(), "backward: ", roots.size(), " roots but ", grads.size(), " gradients");
   NoGradGuard no_grad;
   // 1. Dependency counts over the graph reachable from the roots.
@@ -208,6 +253,16 @@ void run_backward(const std::vector<Tensor>& roots, const std::vector<Tensor>& g
         ready.push(e.fn.get());
       }
     }
+  }
+}
+}  // namespace
+
+void run_backward(const std::vector<Tensor>& roots, const std::vector<Tensor>& grads, bool retain_graph) {
+  BackwardScope scope;
+  run_graph(roots, grads, retain_graph);
+  if (scope.outermost()) {
+    NoGradGuard no_grad;
+    run_final_callbacks();
   }
 }
 

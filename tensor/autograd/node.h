@@ -75,6 +75,20 @@ Edge gradient_edge(const Tensor& t);
 /// Runs backprop from `roots` with gradients `grads` (same length). Source: PyTorch engine
 /// (dependency counting, ready queue ordered by sequence number).
 /// Errors: a root that does not require grad; backward through a freed graph.
+/// A backward started while another runs on the same thread (activation checkpointing's
+/// recomputation) is nested: it runs its graph only; the outermost call runs the callbacks.
 void run_backward(const std::vector<Tensor>& roots, const std::vector<Tensor>& grads, bool retain_graph);
+
+/// Queues `fn` to run once at the end of the outermost backward running on this thread, after
+/// every node of its graph ran (nested backwards do not run it). Callbacks run in the order they
+/// were queued; one may queue more (they run in the same pass). When the backward (or a
+/// callback) throws, the callbacks not run yet are dropped, never left for a later backward.
+/// Source: PyTorch's Variable._execution_engine.queue_callback, used by FSDP2's post-backward
+/// final callback and DDP's finalize_backward. Errors: called outside a backward.
+void queue_callback(std::function<void()> fn);
+
+/// Id of the outermost backward running on this thread (1, 2, ... per call), 0 outside
+/// backward: an API that queues one callback per backward remembers the id it queued for.
+uint64_t current_backward_id();
 
 }  // namespace dtr
