@@ -91,7 +91,6 @@ Result run(const Config& c, int prefetch, const DeviceMesh& mesh) {
   auto step = [&] {
     Tensor loss = cross_entropy(net->call(ids).reshape({-1, c.vocab}), tg);
     loss.backward();
-    finish_backward(*net);
     adam.step();
     adam.zero_grad();
   };

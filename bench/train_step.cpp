@@ -319,7 +319,6 @@ int bench_train_step(int argc, char** argv) {
     sync();
     const double c1 = fsdp_exposed_comm_seconds(), t1 = now_s();
     loss.backward();
-    if (c.fsdp) finish_model_backward(*model, ctx);
     sync();
     const double c2 = fsdp_exposed_comm_seconds(), t2 = now_s();
     optimizer.step();

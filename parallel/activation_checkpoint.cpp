@@ -2,7 +2,6 @@
 #include "parallel/activation_checkpoint.h"
 
 #include <memory>
-#include <unordered_map>
 
 #include "parallel/fsdp/fully_shard.h"
 #include "tensor/autograd/checkpoint.h"
@@ -14,12 +13,11 @@
 namespace dtr {
 namespace {
 
-/// Checkpointed modules -> a token owned by their hooks (expired once the module is gone, so
-/// a new module at a recycled address is not mistaken for a checkpointed one).
-std::unordered_map<const nn::Module*, std::weak_ptr<int>>& checkpointed() {
-  static std::unordered_map<const nn::Module*, std::weak_ptr<int>> s;
-  return s;
-}
+/// checkpoint_module's state, stored on the module (nn::Module::state<CheckpointState>()).
+struct CheckpointState : nn::ModuleState {
+  static constexpr const char* kKey = "checkpoint";
+  CheckpointPolicy policy = CheckpointPolicy::full;
+};
 
 bool on_save_list(const OpCall& call) {
   const std::string& n = call.op->name;
@@ -79,15 +77,7 @@ struct CallState {
 
 }  // namespace
 
-bool is_checkpointed(const nn::Module& module) {
-  auto it = checkpointed().find(&module);
-  if (it == checkpointed().end()) return false;
-  if (it->second.expired()) {
-    checkpointed().erase(it);
-    return false;
-  }
-  return true;
-}
+bool is_checkpointed(const nn::Module& module) { return module.state<CheckpointState>() != nullptr; }
 
 CheckpointPolicy checkpoint_policy_from_name(const std::string& name) {
   if (name == "full") return CheckpointPolicy::full;
@@ -108,11 +98,12 @@ void checkpoint_module(nn::Module& module, CheckpointPolicy policy) {
   DTR_CHECK(!is_checkpointed(module), "checkpoint_module: ", module.type_name(), " is already checkpointed");
   DTR_CHECK(!is_fully_sharded(module), "checkpoint_module: fully_shard was already applied to this ",
             module.type_name(), "; apply activation checkpointing first");
-  auto token = std::make_shared<int>(0);
-  checkpointed()[&module] = token;
+  auto st = std::make_shared<CheckpointState>();
+  st->policy = policy;
+  module.set_composable_state(CheckpointState::kKey, st);
   auto calls = std::make_shared<std::vector<CallState>>();
   module.register_forward_pre_hook(
-      [calls, token, policy](nn::Module&, const std::vector<Tensor>&) -> std::optional<std::vector<Tensor>> {
+      [calls, policy](nn::Module&, const std::vector<Tensor>&) -> std::optional<std::vector<Tensor>> {
         CallState cs{grad_enabled(), generator_state(), nullptr, nullptr};
         if (policy == CheckpointPolicy::selective && cs.prev_grad) {
           cs.record = std::make_shared<RecordMode>();

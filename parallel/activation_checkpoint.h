@@ -43,6 +43,7 @@ const std::vector<std::string>& selective_ac_save_list();
 /// Selective policy: while the forward runs, a DispatchMode keeps the outputs of the save-list
 /// ops (in call order, version-checked); the recomputation replays them in the same order (an
 /// op sequence that differs is an error naming the op).
+/// The state lives on the module (nn::Module::state, key "checkpoint").
 /// Errors: module already checkpointed; fully_shard already applied to it.
 void checkpoint_module(nn::Module& module, CheckpointPolicy policy = CheckpointPolicy::full);
 

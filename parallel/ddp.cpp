@@ -1,9 +1,8 @@
 // replicate / DDP (see ddp.h).
 #include "parallel/ddp.h"
 
-#include <unordered_map>
-
 #include "tensor/autograd/grad_mode.h"
+#include "tensor/autograd/node.h"
 #include "tensor/ops.h"
 
 namespace dtr {
@@ -19,7 +18,9 @@ struct Bucket {
   Tensor flat;
 };
 
-struct DDPState {
+/// replicate's state, stored on the module (nn::Module::state<DDPState>()).
+struct DDPState : nn::ModuleState, std::enable_shared_from_this<DDPState> {
+  static constexpr const char* kKey = "replicate";
   std::shared_ptr<ProcessGroup> pg;
   std::vector<Tensor> params;
   std::vector<int> bucket_of;
@@ -28,6 +29,7 @@ struct DDPState {
   int next_launch = 0;
   bool requires_sync = true;
   bool active = false;  // a forward ran since the last finish
+  uint64_t callback_backward_id = 0;  // the backward the finalize callback is queued for
   // Every parameter with its requires_grad at replicate(): the buckets are built once from it.
   std::vector<std::pair<std::string, Tensor>> all;
   std::vector<bool> requires_grad;
@@ -85,8 +87,21 @@ struct DDPState {
     }
     active = false;
   }
+  /// DDP's finalize_backward: the first hook of a synced backward queues finish() at the end of
+  /// the outermost backward (autograd queue_callback), so buckets left unlaunched by unused
+  /// parameters are reduced (zeros stand in) without a call from the user.
+  void queue_finish() {
+    const uint64_t id = current_backward_id();
+    if (!active || !requires_sync || id == 0 || callback_backward_id == id) return;
+    callback_backward_id = id;
+    std::weak_ptr<DDPState> w = weak_from_this();
+    queue_callback([w] {
+      if (auto s = w.lock()) s->finish();
+    });
+  }
   void on_ready(int i) {
     if (!active || !requires_sync || ready[i]) return;
+    queue_finish();
     ready[i] = true;
     --buckets[bucket_of[i]].pending;
     launch_ready();
@@ -103,22 +118,10 @@ struct DDPState {
   }
 };
 
-/// Module -> its state (owned by the module's hook; weak so a recycled address is not matched).
-std::unordered_map<const nn::Module*, std::weak_ptr<DDPState>>& registry() {
-  static std::unordered_map<const nn::Module*, std::weak_ptr<DDPState>> r;
-  return r;
-}
+DDPState* find_state(const nn::Module& m) { return m.state<DDPState>(); }
 
-std::shared_ptr<DDPState> find_state(const nn::Module& m) {
-  auto it = registry().find(&m);
-  if (it == registry().end()) return nullptr;
-  auto s = it->second.lock();
-  if (!s) registry().erase(it);
-  return s;
-}
-
-std::shared_ptr<DDPState> state_of(const nn::Module& m, const char* op) {
-  auto s = find_state(m);
+DDPState* state_of(const nn::Module& m, const char* op) {
+  DDPState* s = find_state(m);
   DTR_CHECK(s != nullptr, op, ": replicate was not applied to this ", m.type_name());
   return s;
 }
@@ -128,6 +131,8 @@ std::shared_ptr<DDPState> state_of(const nn::Module& m, const char* op) {
 void replicate(nn::Module& module, const DeviceMesh& mesh, const DDPOptions& options) {
   DTR_CHECK(mesh.ndim() == 1, "replicate: expected a 1-d data-parallel mesh, got ", mesh.ndim(), " dims ", mesh.str());
   DTR_CHECK(!find_state(module), "replicate: called twice on the same ", module.type_name(), " module");
+  DTR_CHECK(!module.composable_state("fully_shard"), "replicate: fully_shard was already applied to this ",
+            module.type_name(), " module (a module takes one data-parallel strategy: replicate or fully_shard)");
   DTR_CHECK(options.bucket_cap_bytes > 0, "replicate: bucket_cap_bytes must be > 0, got ", options.bucket_cap_bytes);
   auto st = std::make_shared<DDPState>();
   st->pg = mesh.group(0);
@@ -168,7 +173,7 @@ void replicate(nn::Module& module, const DeviceMesh& mesh, const DDPOptions& opt
   }
   st->reset();
   st->active = false;
-  registry()[&module] = st;
+  module.set_composable_state(DDPState::kKey, st);
   module.register_forward_pre_hook([st](nn::Module&, const std::vector<Tensor>&) -> std::optional<std::vector<Tensor>> {
     // A backward that launched some buckets but not all (unused parameters, no finish call):
     // complete the launched ones so no collective is left behind; unlaunched ones are dropped.
@@ -177,13 +182,25 @@ void replicate(nn::Module& module, const DeviceMesh& mesh, const DDPOptions& opt
     st->reset();
     return std::nullopt;
   });
+  // The outputs' gradients queue the finalize callback too: a rank whose backward reaches no
+  // parameter of this module still joins the all-reduces.
+  std::weak_ptr<DDPState> w = st;
+  module.register_forward_hook([w](nn::Module&, const std::vector<Tensor>&,
+                                   const std::vector<Tensor>& out) -> std::optional<std::vector<Tensor>> {
+    if (!grad_enabled()) return std::nullopt;
+    for (const Tensor& y : out)
+      if (y.defined() && y.requires_grad() && !y.is_leaf())
+        y.register_hook([w](const Tensor&) {
+          if (auto s = w.lock()) s->queue_finish();
+          return Tensor();
+        });
+    return std::nullopt;
+  });
 }
 
 void replicate_set_requires_gradient_sync(nn::Module& module, bool requires_sync) {
   state_of(module, "replicate_set_requires_gradient_sync")->requires_sync = requires_sync;
 }
-
-void replicate_finish_backward(nn::Module& module) { state_of(module, "replicate_finish_backward")->finish(); }
 
 int replicate_num_buckets(const nn::Module& module) {
   return static_cast<int>(state_of(module, "replicate_num_buckets")->buckets.size());

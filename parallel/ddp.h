@@ -22,20 +22,20 @@ struct DDPOptions {
 /// gradients of a bucket were accumulated (post-accumulate-grad hooks) the bucket is flattened
 /// and all_reduced asynchronously (buckets launch in index order, so every rank issues the same
 /// sequence). The last bucket's launch waits for all of them, averages (divide by the mesh
-/// size) and writes the gradients back, so after loss.backward() the .grad are final.
-/// Contract as fully_shard: when a trainable parameter received no gradient, call
-/// replicate_finish_backward(module) before the optimizer step (zeros stand in).
-/// Errors: mesh not 1-d; called twice on a module; a DTensor parameter; at a later forward, a
+/// size) and writes the gradients back. The first hook of a synced backward (a gradient-ready
+/// hook or the gradient of the module's output) queues DDP's finalize callback on the autograd
+/// engine (queue_callback): at the end of the outermost backward it launches the buckets left
+/// (zeros stand in for parameters that got no gradient) and waits, so after loss.backward() the
+/// .grad are final and the user calls nothing (as torch DDP). The state lives on the module
+/// (nn::Module::state, key "replicate").
+/// Errors: mesh not 1-d; called twice on a module; fully_shard already applied to it; a DTensor
+/// parameter; at a later forward, a
 /// parameter whose requires_grad changed since replicate (the buckets are fixed; fully_shard
 /// honours such a change instead).
 void replicate(nn::Module& module, const DeviceMesh& mesh, const DDPOptions& options = {});
 
 /// Gradient accumulation: with false, backward keeps the local gradients (no all-reduce).
 void replicate_set_requires_gradient_sync(nn::Module& module, bool requires_sync);
-
-/// Launches the buckets not launched yet (missing gradients = zeros), waits, averages.
-/// Idempotent. Errors: replicate was not applied to `module`.
-void replicate_finish_backward(nn::Module& module);
 
 /// Number of buckets (tests).
 int replicate_num_buckets(const nn::Module& module);

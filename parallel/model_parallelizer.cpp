@@ -149,14 +149,6 @@ void parallelize_model(nn::Module& model, const MeshContext& ctx) {
   materialize_module(model);  // fully_shard filled the shards; anything left (buffers)
 }
 
-void finish_model_backward(nn::Module& model, const MeshContext& ctx) {
-  if (ctx.strategy == DataParallelStrategy::ddp) {
-    if (ctx.dp_size > 1) replicate_finish_backward(model);
-    return;
-  }
-  if (is_fully_sharded(model)) finish_backward(model);
-}
-
 void set_model_gradient_sync(nn::Module& model, const MeshContext& ctx, bool last_micro_batch) {
   const bool sync = last_micro_batch || !ctx.defer_fsdp_grad_sync;
   if (ctx.strategy == DataParallelStrategy::ddp) {

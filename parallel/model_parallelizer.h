@@ -78,10 +78,6 @@ ParallelizePlan recipe_tp_plan(nn::Module& model, const MeshContext& ctx);
 /// matches no module.
 void parallelize_model(nn::Module& model, const MeshContext& ctx);
 
-/// Calls the backward completion of the strategy applied by parallelize_model (FSDP's
-/// finish_backward (FSDP and FSDP + TP), DDP's wait); a no-op when unsharded. Call it
-/// after every backward, before clipping and the optimizer step.
-void finish_model_backward(nn::Module& model, const MeshContext& ctx);
 /// Gradient accumulation: call before each micro-batch's backward. The backward of the last
 /// micro-batch of a step reduces the gradients; earlier ones keep them local (unsharded, summed)
 /// when ctx.defer_fsdp_grad_sync (default), or reduce them too (reduce-scatter into the sharded

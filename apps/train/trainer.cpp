@@ -460,7 +460,6 @@ struct Trainer {
       rows_tokens += static_cast<double>(batch.input_ids.numel());
       loss_sum += micro_batch(batch, s.label_tokens);
     }
-    finish_model_backward(*model, ctx());
     const double max_norm = r.optimizer.max_grad_norm > 0 ? r.optimizer.max_grad_norm
                                                            : std::numeric_limits<double>::infinity();
     s.grad_norm = pipe ? pipe->clip_grad_norm(plist, max_norm) : clip_grad_norm(plist, max_norm);

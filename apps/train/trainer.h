@@ -9,7 +9,8 @@
 //     global batch, both known on every rank from the sampler) and by dp, because the data-
 //     parallel gradient reduction averages over dp. So the gradient and the reported loss do not
 //     depend on dp or accumulation;
-//   - gradient sync only on the last micro-batch; finish_model_backward; clip_grad_norm over the
+//   - gradient sync only on the last micro-batch (the strategy finishes its reductions at the end of
+//     each backward, nothing is called after it); clip_grad_norm over the
 //     trainable parameters (optimizer.max_grad_norm, 0 = report the norm only); AdamW; LR step.
 // Checkpoints (checkpoint.h) every ckpt_every_steps and at the end; a run resumes from the
 // newest complete checkpoint under checkpoint_dir and continues the same loss trajectory.

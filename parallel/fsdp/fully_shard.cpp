@@ -10,6 +10,7 @@
 #include "dtensor/api.h"
 #include "parallel/activation_checkpoint.h"
 #include "tensor/autograd/grad_mode.h"
+#include "tensor/autograd/node.h"
 #include "tensor/ops.h"
 
 namespace dtr {
@@ -17,8 +18,10 @@ namespace {
 
 struct FSDPContext;
 
-/// One fully_shard unit: its param group and per-iteration state.
-struct FSDPState : std::enable_shared_from_this<FSDPState> {
+/// One fully_shard unit: its param group and per-iteration state, stored on the module
+/// (nn::Module::state<FSDPState>()).
+struct FSDPState : nn::ModuleState, std::enable_shared_from_this<FSDPState> {
+  static constexpr const char* kKey = "fully_shard";
   nn::Module* module = nullptr;
   std::string label;
   FSDPOptions opt;
@@ -42,6 +45,7 @@ struct FSDPState : std::enable_shared_from_this<FSDPState> {
   void post_backward();
   void maybe_reshard_after_backward();
   void become_root();
+  void queue_post_backward_callback();
 };
 
 /// Shared by a root and the units below it.
@@ -50,6 +54,7 @@ struct FSDPContext {
   std::vector<FSDPState*> fwd_prev, fwd_cur, post_fwd;
   std::vector<FSDPState*> pending;  // units with a reduction in flight, in issue order
   bool finalized = true;
+  uint64_t callback_backward_id = 0;  // the backward the post-backward callback is queued for
 
   /// Waits for the reductions in issue order (all reduce-scatters first, then HSDP all-reduces
   /// and the accumulation into .grad).
@@ -80,11 +85,6 @@ struct FSDPContext {
   }
 };
 
-std::unordered_map<const nn::Module*, std::weak_ptr<FSDPState>>& registry() {
-  static std::unordered_map<const nn::Module*, std::weak_ptr<FSDPState>> r;
-  return r;
-}
-
 /// Plain parameters claimed by a unit (weak: a tensor still alive elsewhere is a tied weight)
 /// and the DTensors fully_shard made.
 struct Claim {
@@ -100,13 +100,7 @@ std::unordered_map<const TensorImpl*, std::weak_ptr<TensorImpl>>& fsdp_dtensors(
   return r;
 }
 
-std::shared_ptr<FSDPState> state_of(const nn::Module* m) {
-  auto it = registry().find(m);
-  if (it == registry().end()) return nullptr;
-  auto s = it->second.lock();
-  if (!s) registry().erase(it);
-  return s;
-}
+FSDPState* state_of(const nn::Module* m) { return m->state<FSDPState>(); }
 
 bool is_fsdp_dtensor(const Tensor& t) {
   auto it = fsdp_dtensors().find(t.impl());
@@ -182,11 +176,11 @@ int index_of(const std::vector<FSDPState*>& v, const FSDPState* s) {
 void FSDPState::become_root() {
   auto c = std::make_shared<FSDPContext>();
   for (auto& [name, m] : module->named_modules()) {
-    auto s = state_of(m.get());
+    FSDPState* s = state_of(m.get());
     if (!s) continue;
-    c->units.push_back(s.get());
+    c->units.push_back(s);
     s->ctx = c;
-    s->is_root = s.get() == this;
+    s->is_root = s == this;
   }
 }
 
@@ -264,8 +258,24 @@ void FSDPState::post_forward(std::vector<Tensor>& outputs) {
   }
 }
 
+/// FSDP2's post-backward final callback: the first hook of a unit in a backward queues, once for
+/// the root's context, ctx->finish at the end of the outermost backward (autograd
+/// queue_callback), so every unit is reduced (missing gradients = zero), waited for and
+/// resharded after loss.backward() without a call from the user.
+void FSDPState::queue_post_backward_callback() {
+  const uint64_t id = current_backward_id();
+  if (!hooks_enabled || !ctx || id == 0 || ctx->callback_backward_id == id) return;
+  ctx->callback_backward_id = id;
+  std::weak_ptr<FSDPContext> w = ctx;
+  queue_callback([w] {
+    if (auto c = w.lock()) c->finish(/*reduce_incomplete=*/true);
+  });
+}
+
 void FSDPState::pre_backward() {
-  if (pre_backward_done || !ctx) return;
+  if (!ctx) return;
+  queue_post_backward_callback();
+  if (pre_backward_done) return;
   pre_backward_done = true;
   group->unshard_async();
   group->wait_unshard();
@@ -281,6 +291,7 @@ void FSDPState::pre_backward() {
 
 void FSDPState::on_grad_ready(int idx) {
   if (!hooks_enabled || !ctx || post_backward_done || ready.empty()) return;
+  queue_post_backward_callback();
   if (!ready[idx]) {
     ready[idx] = true;
     ++n_ready;
@@ -320,6 +331,8 @@ void FSDPState::maybe_reshard_after_backward() {
 void fully_shard(nn::Module& module, const DeviceMesh& dp_or_full_mesh, const FSDPOptions& options) {
   const std::string label = module.type_name();
   DTR_CHECK(!state_of(&module), "fully_shard: called twice on the same ", label, " module");
+  DTR_CHECK(!module.composable_state("replicate"), "fully_shard: replicate was already applied to this ", label,
+            " module (a module takes one data-parallel strategy: replicate or fully_shard)");
   const DeviceMesh mesh = unit_mesh(module, dp_or_full_mesh);
   DTR_CHECK(options.forward_prefetch_depth >= 0 && options.backward_prefetch_depth >= 0, "fully_shard(", label,
             "): prefetch depths must be >= 0 (forward ", options.forward_prefetch_depth, ", backward ",
@@ -369,8 +382,7 @@ void fully_shard(nn::Module& module, const DeviceMesh& dp_or_full_mesh, const FS
   st->group->on_grad_ready = [w](int idx) {
     if (auto s = w.lock()) s->on_grad_ready(idx);
   };
-  registry()[&module] = st;
-  // The hooks own the state (it lives as long as the module).
+  module.set_composable_state(FSDPState::kKey, st);  // the module owns its state (the hooks share it)
   module.register_forward_pre_hook(
       [st](nn::Module&, const std::vector<Tensor>& in) -> std::optional<std::vector<Tensor>> {
         std::vector<Tensor> x = in;
@@ -388,7 +400,7 @@ void fully_shard(nn::Module& module, const DeviceMesh& dp_or_full_mesh, const FS
 bool is_fully_sharded(const nn::Module& module) { return state_of(&module) != nullptr; }
 
 FSDPParamGroup* fsdp_param_group(const nn::Module& module) {
-  auto s = state_of(&module);
+  FSDPState* s = state_of(&module);
   return s ? s->group.get() : nullptr;
 }
 
@@ -397,7 +409,7 @@ namespace {
 void for_each_unit(nn::Module& module, const char* what, const std::function<void(FSDPState&)>& fn) {
   int n = 0;
   for (auto& [name, m] : module.named_modules()) {
-    auto s = state_of(m.get());
+    FSDPState* s = state_of(m.get());
     if (!s) continue;
     fn(*s);
     ++n;
@@ -412,23 +424,6 @@ void set_requires_gradient_sync(nn::Module& module, bool requires_sync) {
 
 void set_fsdp_hooks_enabled(nn::Module& module, bool enabled) {
   for_each_unit(module, "set_fsdp_hooks_enabled", [&](FSDPState& s) { s.hooks_enabled = enabled; });
-}
-
-void finish_backward(nn::Module& module) {
-  std::shared_ptr<FSDPContext> ctx;
-  for (auto& [name, m] : module.named_modules()) {
-    auto s = state_of(m.get());
-    if (!s) continue;
-    if (!s->ctx) return;  // never ran forward: nothing to finish
-    ctx = s->ctx;
-    break;
-  }
-  DTR_CHECK(ctx != nullptr || is_fully_sharded(module) || [&] {
-    for (auto& [n, m] : module.named_modules())
-      if (state_of(m.get())) return true;
-    return false;
-  }(), "finish_backward: no fully_shard unit under this ", module.type_name());
-  if (ctx) ctx->finish(/*reduce_incomplete=*/true);
 }
 
 }  // namespace dtr

@@ -6,8 +6,8 @@
 //   for (auto& layer : layers) fully_shard(*layer, mesh, opt);
 //   fully_shard(model, mesh, opt);          // the root: claims what is left
 //   AdamW optim(model.parameters(), ...);   // steps on the local shards only
-//   loss = ...; loss.backward();            // reduce-scatters overlap the rest of backward
-//   finish_backward(model);                 // see "Backward contract" below
+//   loss = ...; loss.backward();            // reduce-scatters overlap the rest of backward;
+//                                           // nothing to call after it ("Backward contract")
 //   optim.step(); optim.zero_grad();
 //
 // What a call does: the module's parameters not claimed by an earlier call on a descendant
@@ -43,19 +43,24 @@
 // The all-gather over dp rebuilds the TP-local tensor (the module sees the TP DTensor again),
 // the TP-local gradient is reduce-scattered over dp and averaged over the dp size only.
 //
-// Backward contract: when every unit that has trainable parameters and ran forward received all
-// its gradients, the last post-accumulate hook waits for the outstanding reductions, so after
-// loss.backward() the sharded .grad are final. When some trainable parameter received no
-// gradient (unused in this forward), call finish_backward(root) before the optimizer step: it
-// reduces what is left (missing gradients count as zero), waits and reshards every unit. It is
-// idempotent and cheap, so calling it after every backward is the recommended pattern.
+// Backward contract (FSDP2: the user calls nothing after backward()): the first FSDP hook that
+// runs in a backward (a unit's pre-backward or a gradient-ready hook) queues the root's
+// post-backward callback on the autograd engine (queue_callback, tensor/autograd/node.h). It
+// runs once at the end of the outermost backward, after every node (an activation-checkpoint
+// recomputation's nested backward does not run it): it reduces the units that received only part
+// of their gradients (missing gradients count as zero; with requires_gradient_sync false it keeps
+// them unsharded instead), waits for every reduction and in-flight all-gather and reshards every
+// unit. So after loss.backward() the sharded .grad are final, also when some trainable parameter
+// got no gradient. The state of a unit lives on its module (nn::Module::state, key
+// "fully_shard"); a module given replicate too is refused. A unit that received no gradient at
+// all on this rank issues no reduce-scatter (every rank must reach each unit's parameters).
 #include "parallel/fsdp/fsdp_param_group.h"
 #include "parallel/fsdp/mixed_precision.h"
 
 namespace dtr {
 
 /// Shards `module`'s unclaimed parameters over `mesh` (see the file comment).
-/// Errors: fully_shard already called on `module`; a parameter also registered in a module
+/// Errors: fully_shard (or replicate) already applied to `module`; a parameter also registered in a module
 /// outside this unit that an earlier unit claimed (tied weights across units; both FQNs named);
 /// a DTensor parameter (TP) with a 1-d `mesh`, living on a dim of `mesh` that is not the last
 /// ("tp last"), or on another mesh than the last dim ("mesh dims do not match"), or a Partial TP placement;
@@ -79,11 +84,6 @@ void set_requires_gradient_sync(nn::Module& module, bool requires_sync);
 /// the accumulated gradients and reshards (parallel/pipeline/stage_fsdp.h). Mixed-precision
 /// input / output casts are hook work and do not run either. Errors: no unit in the subtree.
 void set_fsdp_hooks_enabled(nn::Module& module, bool enabled);
-
-/// Finishes the backward of every unit under `module`: reduces units whose gradients are
-/// incomplete (missing = zero), waits for all reductions and in-flight all-gathers, reshards.
-/// Idempotent. Errors: no unit in the subtree.
-void finish_backward(nn::Module& module);
 
 /// The param group of a unit (tests and benchmarks read its layout); null when not sharded.
 FSDPParamGroup* fsdp_param_group(const nn::Module& module);

@@ -376,4 +376,24 @@ LoadResult Module::load_state_dict(const StateDict& sd, bool strict) {
   return res;
 }
 
+// ---- composable API state ----------------------------------------------------------------------
+
+std::shared_ptr<ModuleState> Module::composable_state(const std::string& key) const {
+  auto it = composable_states_.find(key);
+  return it == composable_states_.end() ? nullptr : it->second;
+}
+
+void Module::set_composable_state(const std::string& key, std::shared_ptr<ModuleState> state) {
+  DTR_CHECK(state != nullptr, "set_composable_state(\"", key, "\"): null state for this ", type_name());
+  DTR_CHECK(!composable_states_.count(key), key, ": already applied to this ", type_name(),
+            " module (each composable API can be applied to a module once)");
+  composable_states_[key] = std::move(state);
+}
+
+std::vector<std::string> Module::composable_state_keys() const {
+  std::vector<std::string> keys;
+  for (const auto& [k, s] : composable_states_) keys.push_back(k);
+  return keys;
+}
+
 }  // namespace dtr::nn

@@ -19,6 +19,15 @@ namespace dtr::nn {
 
 class Module;
 
+/// Per-module state of a composable distributed API (fully_shard, replicate,
+/// checkpoint_module), stored on the module under the API's key, so no global registry keyed by
+/// module pointer is needed and the state lives exactly as long as the module. A state type
+/// names its key as `static constexpr const char* kKey`. Source: PyTorch's composable state
+/// (torch.distributed._composable_state, _composable.contract's per-module registry).
+struct ModuleState {
+  virtual ~ModuleState() = default;
+};
+
 /// FQN -> tensor. Values returned by state_dict() are detached handles sharing the data.
 using StateDict = std::map<std::string, Tensor>;
 
@@ -133,6 +142,25 @@ class Module : public std::enable_shared_from_this<Module> {
   /// both shapes; with strict, missing and unexpected keys are listed by name.
   LoadResult load_state_dict(const StateDict& sd, bool strict = true);
 
+  // ---- composable API state (see ModuleState) -----------------------------------------------
+  /// The state stored under `key`; null when none.
+  std::shared_ptr<ModuleState> composable_state(const std::string& key) const;
+  /// Stores `state` (non-null) under `key`. Errors: a state is already stored under `key` (the
+  /// API was applied twice; the message names the key and the module type).
+  void set_composable_state(const std::string& key, std::shared_ptr<ModuleState> state);
+  /// Keys with a stored state, sorted (messages: which APIs manage this module).
+  std::vector<std::string> composable_state_keys() const;
+  /// The state of type T (stored under T::kKey); null when none.
+  template <class T>
+  T* state() const {
+    auto s = composable_state(T::kKey);
+    return dynamic_cast<T*>(s.get());
+  }
+  template <class T>
+  std::shared_ptr<T> state_ptr() const {
+    return std::dynamic_pointer_cast<T>(composable_state(T::kKey));
+  }
+
  protected:
   struct NamedTensor {
     std::string name;
@@ -158,6 +186,7 @@ class Module : public std::enable_shared_from_this<Module> {
   std::vector<std::pair<size_t, ForwardHook>> post_hooks_;
   size_t next_hook_ = 1;
   bool training_ = true;
+  std::map<std::string, std::shared_ptr<ModuleState>> composable_states_;
 };
 
 }  // namespace dtr::nn

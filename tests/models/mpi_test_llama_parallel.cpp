@@ -130,8 +130,7 @@ TEST_CASE("parallelize_model: Llama + LoRA on dp x tp equals the single process"
   parallelize_model(*m, ctx);
   Tensor mine = narrow(ids, 0, ctx.dp_rank() * per, per).contiguous();
   Tensor loss = m->forward_loss(mine, mine);  // token mean of this rank's equal-size slice
-  loss.backward();
-  finish_model_backward(*m, ctx);  // averages gradients over dp
+  loss.backward();  // the end-of-backward callbacks average the gradients over dp
   auto rp = ref->named_parameters(), mp = m->named_parameters();
   REQUIRE(rp.size() == mp.size());
   for (size_t i = 0; i < rp.size(); ++i) {
@@ -175,7 +174,6 @@ TEST_CASE("distributed.tp_plan equal to the Llama sidecar's plan: same result as
     Tensor mine = narrow(ids, 0, ctx.dp_rank() * per, per).contiguous();
     Tensor loss = m->forward_loss(mine, mine);
     loss.backward();
-    finish_model_backward(*m, ctx);
     Tensor l = loss.is_distributed() ? full_tensor(loss) : loss;
     if (ctx.dp_size > 1) {  // this rank's slice: the mean over dp is the whole batch's token mean
       l = l.clone();

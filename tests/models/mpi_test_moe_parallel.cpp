@@ -55,7 +55,6 @@ Run train(CausalLM& m, const MeshContext* ctx, int64_t dp) {
       (ctx ? loss : mul(loss, 1.0 / dp)).backward();
       loss_sum += (loss.is_distributed() ? full_tensor(loss.detach()) : loss).item<double>();
     }
-    if (ctx) finish_model_backward(m, *ctx);
     adam.step();
     adam.zero_grad();
     Tensor l = from_vector<double>({loss_sum / dp / (ctx ? ctx->tp_size : 1)}, {1});

@@ -89,7 +89,6 @@ testing::TrainRun train_packed(CausalLM& m, const std::vector<data::Sample>& pac
     const double w = static_cast<double>(b.num_label_tokens) * static_cast<double>(dp) / static_cast<double>(n_global);
     Tensor loss = local_loss(m, b);
     mul(loss, w).backward();
-    if (ctx) finish_model_backward(m, *ctx);
     adam.step();
     adam.zero_grad();
     // sum over dp of mean_r * n_r / N = the global token mean; tp ranks hold equal values.

@@ -39,7 +39,7 @@ std::shared_ptr<TinyNet> sharded_net(const DeviceMesh& mesh, const FSDPOptions& 
 }
 
 RunResult fsdp_run(const DeviceMesh& mesh, const FSDPOptions& opt, const Variant& v,
-                   const std::function<void(TinyNet&)>& prepare = {}, bool call_finish = false) {
+                   const std::function<void(TinyNet&)>& prepare = {}) {
   auto net = sharded_net(mesh, opt, v.ac, prepare);
   std::vector<Tensor> ps;
   for (auto& p : net->parameters())
@@ -51,7 +51,6 @@ RunResult fsdp_run(const DeviceMesh& mesh, const FSDPOptions& opt, const Variant
   s.dp_size = world_size();
   s.loss_pg = DeviceMesh::world("loss").group(0);
   if (v.micro > 1) s.set_sync = [](nn::Module& m, bool sync) { set_requires_gradient_sync(m, sync); };
-  if (call_finish) s.after_backward = [](nn::Module& m) { finish_backward(m); };
   RunResult r;
   r.losses = train(*net, adam, s);
   r.params = full_params(*net);
@@ -134,12 +133,6 @@ TEST_CASE("fully_shard: SGD equals the single-process run (gradient scale matter
       r.params = full_params(*net);
       check_equal(ref, r, "SGD reshard=" + std::to_string(reshard) + " micro=" + std::to_string(micro));
     }
-}
-
-TEST_CASE("fully_shard: finish_backward is idempotent and optional") {
-  const RunResult ref = reference_run({}, false);
-  DeviceMesh mesh = DeviceMesh::world("dp");
-  check_equal(ref, fsdp_run(mesh, {}, Variant{}, {}, /*call_finish=*/true), "with finish_backward");
 }
 
 TEST_CASE("fully_shard: HSDP (replicate x shard) equals the single-process run") {

@@ -12,6 +12,16 @@ TEST_CASE("fully_shard: bad input") {
     fully_shard(*net->layers->children()[0], mesh);
     CHECK_THROWS_WITH(fully_shard(*net->layers->children()[0], mesh), Catch::Contains("called twice"));
   }
+  SECTION("replicate and fully_shard on one module conflict (one state per strategy on the module)") {
+    auto a = make_net();
+    replicate(*a, mesh);
+    CHECK_THROWS_WITH(fully_shard(*a, mesh), Catch::Contains("fully_shard: replicate was already applied to this"));
+    auto b = make_net();
+    fully_shard(*b, mesh);
+    CHECK_THROWS_WITH(replicate(*b, mesh), Catch::Contains("replicate: fully_shard was already applied to this"));
+    CHECK(b->composable_state_keys() == std::vector<std::string>{"fully_shard"});
+    CHECK(a->composable_state_keys() == std::vector<std::string>{"replicate"});
+  }
   SECTION("a parameter shared between units names both FQNs") {
     auto net = make_net();
     // Tie the head to the embedding table's shape-compatible twin: head.weight [11, 5] = emb.weight.

@@ -60,7 +60,6 @@ Run train(LlamaForCausalLM& m, int64_t dp_rank, int64_t dp, int micro, bool fsdp
       loss.backward();
       ls += loss.item<double>();
     }
-    if (fsdp) finish_backward(m);
     adam.step();
     adam.zero_grad();
     if (fsdp) {

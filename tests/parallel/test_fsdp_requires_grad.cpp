@@ -59,9 +59,6 @@ std::pair<RunResult, std::map<std::string, Tensor>> run(const Layout& l, bool un
   if (l.sharded) {
     s.loss_pg = DeviceMesh::world("loss").group(0);  // tp ranks hold equal losses
     if (micro > 1) s.set_sync = [](nn::Module& m, bool sync) { set_requires_gradient_sync(m, sync); };
-    // A unit holding frozen parameters keeps them gathered until finish_backward (see
-    // fully_shard.h), so the trainer's pattern is followed.
-    s.after_backward = [](nn::Module& m) { finish_backward(m); };
   }
   RunResult r;
   r.losses = train(*net, adam, s);

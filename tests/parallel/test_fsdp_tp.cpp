@@ -81,7 +81,6 @@ void check_equals_single_process(const RunResult& ref, const DeviceMesh& mesh, c
   optim::AdamW adam(net->parameters(), optim::AdamWOptions{1e-2});
   TrainSpec s;
   std::tie(s.dp_rank, s.dp_size) = dp_of(mesh, ms);
-  s.after_backward = [](nn::Module& m) { finish_backward(m); };
   s.loss_pg = DeviceMesh::world("loss").group(0);  // tp ranks hold equal losses
   RunResult r;
   r.losses = train(*net, adam, s);
@@ -195,7 +194,6 @@ TEST_CASE("FSDP + TP: dp bytes per step equal the theoretical figure of the TP-l
         const int64_t rows = kBatch / dp;
         auto [ids, tg] = batch_rows(k, dp_rank * rows, (dp_rank + 1) * rows);
         loss_of(*net, ids, tg).backward();
-        finish_backward(*net);
         adam.step();
         adam.zero_grad();
       };

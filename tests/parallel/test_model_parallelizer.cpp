@@ -74,7 +74,6 @@ Run run(MeshContext ctx, optim::Optimizer* (*make_opt)(nn::Module&), int micro) 
     set_model_gradient_sync(m, ctx, last);
   };
   s.after_backward = [&](nn::Module& m) {
-    finish_model_backward(m, ctx);
     out.reduce_scatters.push_back(rs.count(CommKind::reduce_scatter));
     rs.reset();
     if (out.grads0.empty())
@@ -161,7 +160,6 @@ TEST_CASE("mp_policy applies on TP-only meshes (dp 1) and on one process", "[par
   optim::SGD opt(net->parameters(), optim::SGDOptions{0.1});
   TrainSpec s;
   s.loss_pg = DeviceMesh::world("loss").group(0);
-  s.after_backward = [&](nn::Module& m) { finish_model_backward(m, ctx); };
   const auto losses = train(*net, opt, s);
   CHECK(head_input == DType::bf16);  // the layers computed in param_dtype
   for (auto& [n, p] : net->named_parameters()) CHECK(p.dtype() == DType::f32);  // f32 master weights

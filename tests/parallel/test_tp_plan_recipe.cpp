@@ -80,7 +80,6 @@ TEST_CASE("distributed.tp_plan: TP for a model without a sidecar equals the sing
   s.dp_rank = ctx.dp_rank();
   s.dp_size = ctx.dp_size;
   s.loss_pg = ctx.dp_mesh().group(0);
-  s.after_backward = [&](nn::Module& m) { finish_model_backward(m, ctx); };
   const auto losses = train(*net, opt, s);
   for (size_t i = 0; i < ref.losses.size(); ++i) {
     INFO("step " << i << ": single " << ref.losses[i] << " tp_plan " << losses[i]);

@@ -195,6 +195,40 @@ TEST_CASE("forward pre/post hooks see and may replace inputs and outputs", "[nn]
   CHECK_THROWS_WITH(std::make_shared<ModuleList>()->call(ones({1})), Catch::Contains("ModuleList"));
 }
 
+namespace {
+struct CountState : ModuleState {
+  static constexpr const char* kKey = "count_api";
+  int calls = 0;
+};
+struct OtherState : ModuleState {
+  static constexpr const char* kKey = "other_api";
+};
+}  // namespace
+
+TEST_CASE("composable state: one typed state per key on each module, freed with the module", "[nn][state]") {
+  auto m = std::make_shared<Linear>(2, 3);
+  CHECK(m->state<CountState>() == nullptr);
+  auto st = std::make_shared<CountState>();
+  std::weak_ptr<CountState> w = st;
+  m->set_composable_state(CountState::kKey, st);
+  st.reset();
+  REQUIRE(m->state<CountState>() != nullptr);
+  m->state<CountState>()->calls = 7;
+  CHECK(m->state_ptr<CountState>()->calls == 7);
+  CHECK(m->state<OtherState>() == nullptr);
+  CHECK_THROWS_WITH(m->set_composable_state(CountState::kKey, std::make_shared<CountState>()),
+                    Catch::Contains("count_api: already applied to this Linear"));
+  m->set_composable_state(OtherState::kKey, std::make_shared<OtherState>());
+  CHECK(m->composable_state_keys() == std::vector<std::string>{"count_api", "other_api"});
+  // A state stored under a key belongs to its type: another type under that key reads as none.
+  m->set_composable_state("x", std::make_shared<OtherState>());
+  CHECK(m->composable_state("x") != nullptr);
+  auto other = std::make_shared<Linear>(2, 3);
+  CHECK(other->state<CountState>() == nullptr);
+  m.reset();
+  CHECK(w.expired());
+}
+
 TEST_CASE("train/eval propagate; dropout is the identity in eval", "[nn]") {
   manual_seed(4);
   auto m = std::make_shared<Model>();
