@@ -39,6 +39,14 @@ void check_grads(TinyNet& net, TinyNet& ref) {
   }
 }
 
+/// The single-process model after one backward of the full batch 0.
+std::shared_ptr<TinyNet> reference_grads() {
+  auto ref = make_net();
+  auto [ids, tg] = batch_rows(0, 0, kBatch);
+  loss_of(*ref, ids, tg).backward();
+  return ref;
+}
+
 /// Rows of this rank (equal shares of kBatch on 1-4 ranks).
 std::pair<Tensor, Tensor> my_rows(int step = 0) {
   const int64_t n = kBatch / world_size();
@@ -80,10 +88,7 @@ TEST_CASE("fully_shard: a full backward ends resharded with the single-process g
     auto [ids, tg] = my_rows();
     loss_of(*net, ids, tg).backward();
     for (nn::Module* u : units(*net)) CHECK_FALSE(fsdp_param_group(*u)->is_unsharded());
-    auto ref = make_net();
-    auto [all_ids, all_tg] = batch_rows(0, 0, kBatch);
-    loss_of(*ref, all_ids, all_tg).backward();
-    check_grads(*net, *ref);
+    check_grads(*net, *reference_grads());
   }
 }
 
@@ -104,8 +109,5 @@ TEST_CASE("fully_shard: a backward that throws leaves no stale post-backward cal
   for (auto& p : net->parameters()) p.set_grad(Tensor());
   loss_of(*net, ids, tg).backward();
   for (nn::Module* u : units(*net)) CHECK_FALSE(fsdp_param_group(*u)->is_unsharded());
-  auto ref = make_net();
-  auto [all_ids, all_tg] = batch_rows(0, 0, kBatch);
-  loss_of(*ref, all_ids, all_tg).backward();
-  check_grads(*net, *ref);
+  check_grads(*net, *reference_grads());
 }
