@@ -4,8 +4,8 @@
 # e.g. scripts/plan-meshes.sh configs/plan/llama3_70b_full.yaml 64 256 512
 # tp runs over 1, 2, 4, 8 (those dividing the heads; dtr-train refuses the rest), pp over the
 # divisors of N up to 16 (one stage per rank, 1F1B unless the recipe says otherwise, 1-row
-# micro-batches); dp = N / (tp x pp). One line per split: peak per rank, its parts and the
-# bytes sent per step and rank (all mesh dims). Needs build/bin/dtr-train; runs one process each.
+# micro-batches); dp = N / (tp x pp). One line per split: peak per rank, params, sharded grads +
+# AdamW state, activations and the bytes sent per step and rank (all mesh dims). Needs build/bin/dtr-train; runs one process each.
 set -u
 recipe=$1; shift
 ns=(); extra=()
@@ -27,11 +27,12 @@ for n in "${ns[@]}"; do
         continue
       fi
       awk -v n="$n" -v dp="$dp" -v tp="$tp" -v pp="$pp" '
-        function mib(v, u) { return u == "GiB" ? v * 1024 : v }
+        function mib(v, u) { sub(/,$/, "", u); return u == "GiB" ? v * 1024 : v }
         function show(m) { return m >= 1024 ? sprintf("%.2f GiB", m / 1024) : sprintf("%.1f MiB", m) }
         /^memory per rank/ {
           for (i = 1; i <= NF; i++) {
-            if ($i == "params") p = mib($(i+1), $(i+2)); if ($i == "grads") g = mib($(i+1), $(i+2));
+            if ($i == "params") p = mib($(i+1), $(i+2));
+            if ($i == "grads" && $(i-1) != "unsharded") g = mib($(i+1), $(i+2));
             if ($i == "optimizer") o = mib($(i+1), $(i+2)); if ($i == "activations") a = mib($(i+1), $(i+2));
           }
         }
