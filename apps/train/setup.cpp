@@ -261,6 +261,7 @@ MemoryPlan plan_step_memory(const Recipe& r, const Plan& p) {
   st.local_batch = r.step_scheduler.local_batch_size;
   st.seq_len = r.dataset.seq_len;
   st.grad_accum = p.grad_accum;
+  st.from_file = !r.model.path.empty();
   return plan_memory(m, p.mesh, st, dt);
 }
 
