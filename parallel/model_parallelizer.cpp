@@ -138,10 +138,17 @@ void parallelize_model(nn::Module& model, const MeshContext& ctx) {
     }
     fully_shard(*layer_list[i].second, mesh, o);
   }
+  // An extra unit the TP plan left plain (e.g. an untied lm_head outside distributed.tp_plan) is
+  // replicated over tp: FSDP over the dp dims only, as FSDP2's fully_shard(unit, mesh[dp dims]).
+  auto has_tp_param = [](nn::Module& m) {
+    for (auto& [n, t] : m.named_parameters())
+      if (t.is_distributed()) return true;
+    return false;
+  };
   for (auto& [fqn, m] : p->extra_units(model)) {
     FSDPOptions o = opt;
     o.reshard_after_forward = ctx.reshard_after_forward.value_or(false);
-    fully_shard(*m, mesh, o);
+    fully_shard(*m, ctx.tp_size > 1 && !has_tp_param(*m) ? ctx.fsdp_mesh() : mesh, o);
   }
   FSDPOptions root = opt;
   root.reshard_after_forward = false;

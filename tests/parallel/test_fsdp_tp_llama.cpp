@@ -2,7 +2,8 @@
 // (LoRA-aware styles) on the tp dim, fully_shard per decoder layer / untied embedding / root on
 // the (dp_shard, tp) mesh; 5 AdamW steps equal the single-process run (losses and full_tensor of
 // every parameter). 4 ranks: 2x2 by hand and through parallelize_model (MeshContext dp 2 x tp 2,
-// selective activation checkpointing); 2 ranks: 2x1, 1x2; 3 ranks: 3x1 (4 heads: tp 3 invalid).
+// selective activation checkpointing; a recipe tp_plan leaving embed_tokens / lm_head plain, on
+// dp 2 x tp 2 and HSDP 2 x 1 x tp 2); 2 ranks: 2x1, 1x2; 3 ranks: 3x1 (4 heads: tp 3 invalid).
 #include <catch2/catch.hpp>
 
 #include "dtensor/api.h"
@@ -104,6 +105,36 @@ TEST_CASE("FSDP + TP: debug Llama (full fine-tune and LoRA) equals the single-pr
       const Tensor& q = m->get_parameter("model.layers.0.self_attn.q_proj.weight");
       CHECK(placements(q) == Placements{StridedShard(0, 2), Shard(0)});
       check_equal(ref, train(*m, ctx.dp_rank(), ctx.dp_size, {}));
+    }
+    if (w == 4 && !lora) {
+      // A recipe tp_plan that leaves the untied embed_tokens / lm_head plain: those units are
+      // replicated over tp and sharded over the dp dims only (FSDP2's fully_shard(unit,
+      // mesh[dp dims])), on dp 2 x tp 2 and on HSDP 2 x 1 x tp 2 (a 3-d full mesh).
+      const std::vector<std::pair<std::string, std::string>> plan{
+          {"model.layers.*.self_attn.q_proj", "colwise"}, {"model.layers.*.self_attn.k_proj", "colwise"},
+          {"model.layers.*.self_attn.v_proj", "colwise"}, {"model.layers.*.self_attn.o_proj", "rowwise"},
+          {"model.layers.*.mlp.gate_proj", "colwise"},    {"model.layers.*.mlp.up_proj", "colwise"},
+          {"model.layers.*.mlp.down_proj", "rowwise"}};
+      for (int64_t replicate : {1, 2}) {
+        INFO("tp_plan without embed_tokens / lm_head, dp 2 (replicate " << replicate << ") x tp 2");
+        MeshContext ctx;
+        ctx.world_size = 4;
+        ctx.dp_size = 2;
+        ctx.dp_replicate_size = replicate;
+        ctx.tp_size = 2;
+        ctx.tp_plan = plan;
+        ctx.validate("test");
+        ctx.build_mesh();
+        auto m = make_llama(false);
+        parallelize_model(*m, ctx);
+        for (const char* fqn : {"model.embed_tokens.weight", "lm_head.weight"}) {
+          INFO(fqn);
+          const Tensor& t = m->get_parameter(fqn);
+          REQUIRE(t.is_distributed());
+          CHECK(device_mesh(t).dim_names() == ctx.fsdp_mesh().dim_names());
+        }
+        check_equal(ref, train(*m, ctx.dp_rank(), ctx.dp_size, {}));
+      }
     }
   }
 }
