@@ -49,8 +49,9 @@ SgemmKernel sgemm_kernel() {
       return SgemmKernel::avx2;
     }
     if (want == "eigen") return SgemmKernel::eigen;
-    if (sgemm_available()) return SgemmKernel::avx512;
-    return sgemm_avx2_available() ? SgemmKernel::avx2 : SgemmKernel::eigen;
+    // Without AVX-512 the default is Eigen: dtr's AVX2 kernel ran at 0.83-1.03x AVX2 Eigen on the
+    // layer shapes (README "Results", dtr-bench gemm), so it is opt-in.
+    return sgemm_available() ? SgemmKernel::avx512 : SgemmKernel::eigen;
   }();
   return k;
 }
@@ -71,17 +72,7 @@ void gemm(int64_t m, int64_t n, int64_t k, const T* A, int64_t a_rs, int64_t a_c
   if constexpr (std::is_same_v<T, float>) {  // dtr's own SGEMM (sgemm.h, sgemm_avx2.h) unless Eigen is chosen
     switch (sgemm_kernel()) {
       case SgemmKernel::avx512: sgemm(m, n, k, A, a_rs, a_cs, B, b_rs, b_cs, C, n, accumulate); return;
-      case SgemmKernel::avx2: {
-        // By default the skinny products (n <= 16: LoRA's X A^T and dB, memory bound; the AVX2
-        // kernel has no skinny path and half its 16-column tile would be padding) stay on Eigen;
-        // DTR_SGEMM=avx2 sends every shape to the kernel (tests, benchmarks).
-        static const bool forced = !env::choice("DTR_SGEMM").empty();
-        if (n > 16 || forced) {
-          sgemm_avx2(m, n, k, A, a_rs, a_cs, B, b_rs, b_cs, C, n, accumulate);
-          return;
-        }
-        break;
-      }
+      case SgemmKernel::avx2: sgemm_avx2(m, n, k, A, a_rs, a_cs, B, b_rs, b_cs, C, n, accumulate); return;
       case SgemmKernel::eigen: break;
     }
   }

@@ -1,15 +1,15 @@
 #pragma once
-// CPU GEMM over strided memory (f32: dtr's AVX-512 sgemm.h when built for AVX-512, else its AVX2
-// twin sgemm_avx2.h on a CPU with AVX2 + FMA, else Eigen; f64: Eigen): C[m,n] (+)= A[m,k] * B[k,n] where A and B may be transposed views (either stride
+// CPU GEMM over strided memory (f32: dtr's AVX-512 sgemm.h when built for AVX-512, else Eigen, or
+// the AVX2 twin sgemm_avx2.h with DTR_SGEMM=avx2; f64: Eigen): C[m,n] (+)= A[m,k] * B[k,n] where A and B may be transposed views (either stride
 // may be 1); no copy is made for transposes.
 #include <cstdint>
 
 namespace dtr::cpu {
 
 /// The f32 GEMM kernel gemm<float> uses: DTR_SGEMM=avx512|avx2|eigen in the environment (read
-/// once; DTR_EIGEN_SGEMM=1 = eigen), else the widest this build and CPU have: avx512 (sgemm.h),
-/// avx2 (sgemm_avx2.h; by default only for n > 16, the skinny products staying on Eigen; every
-/// shape with DTR_SGEMM=avx2), eigen. Errors: dtr::Error naming DTR_SGEMM when the chosen one is
+/// once; DTR_EIGEN_SGEMM=1 = eigen), else avx512 (sgemm.h) when this build and CPU have it, else
+/// eigen; avx2 (sgemm_avx2.h, every shape) only when chosen: it did not beat AVX2 Eigen (README
+/// "Results"). Errors: dtr::Error naming DTR_SGEMM when the chosen one is
 /// missing.
 enum class SgemmKernel { avx512, avx2, eigen };
 SgemmKernel sgemm_kernel();
