@@ -1,7 +1,6 @@
 #include "parallel/checkpoint/state_dict.h"
 
 #include <algorithm>
-#include <cstring>
 
 #include "dtensor/api.h"
 #include "dtensor/spec.h"
@@ -22,14 +21,14 @@ std::vector<std::string> all_gather_strings(ProcessGroup& pg, const std::string&
   pg.all_gather(lens, len)->wait();
   const std::vector<int64_t> l = lens.to_vector<int64_t>();
   const int64_t longest = *std::max_element(l.begin(), l.end()) + 1;
-  std::vector<uint8_t> mine(static_cast<size_t>(longest), 0);
-  std::memcpy(mine.data(), s.data(), s.size());
+  std::vector<uint8_t> mine(s.begin(), s.end());
+  mine.resize(static_cast<size_t>(longest), 0);
   Tensor in = from_vector<uint8_t>(mine, {longest});
   Tensor out = empty({n * longest}, TensorOptions(DType::u8));
   pg.all_gather(out, in)->wait();
   const std::vector<uint8_t> all = out.to_vector<uint8_t>();
   std::vector<std::string> res;
-  for (int r = 0; r < n; ++r) res.emplace_back(reinterpret_cast<const char*>(all.data()) + r * longest, l[r]);
+  for (int r = 0; r < n; ++r) res.emplace_back(all.begin() + r * longest, all.begin() + r * longest + l[r]);
   return res;
 }
 
