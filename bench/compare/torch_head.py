@@ -8,10 +8,10 @@ no peak counter). Prints one JSON line with the fields of dtr-bench head (impl =
 import argparse
 import json
 import resource
-import time
 
 import torch
 import torch.nn.functional as F
+from step_timing import median_step_seconds
 
 
 def rss_mib():
@@ -46,16 +46,7 @@ def main():
         x.grad = None
         w.grad = None
 
-    for _ in range(a.warmup):
-        step()
-    times = []
-    for _ in range(a.steps):
-        t0 = time.perf_counter()
-        step()
-        times.append(time.perf_counter() - t0)
-    times.sort()
-    n = len(times)
-    s = times[n // 2] if n % 2 else 0.5 * (times[n // 2 - 1] + times[n // 2])
+    s = median_step_seconds(step, a.warmup, a.steps)
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
     print(json.dumps({"impl": "torch", "threads": torch.get_num_threads(), "tokens": a.tokens, "hidden": a.hidden,
                       "vocab": a.vocab, "step_ms_median": s * 1e3, "loss": loss, "peak_rss_delta_mib": peak - rss0,

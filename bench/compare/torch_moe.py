@@ -7,11 +7,12 @@ this torch has them).
 """
 import argparse
 import json
-import time
 
 import torch
 from transformers.models.qwen3_moe.configuration_qwen3_moe import Qwen3MoeConfig
 from transformers.models.qwen3_moe.modeling_qwen3_moe import Qwen3MoeSparseMoeBlock
+
+from step_timing import median_step_seconds
 
 
 def main():
@@ -47,15 +48,7 @@ def main():
         block.zero_grad(set_to_none=True)
         x.grad = None
 
-    for _ in range(a.warmup):
-        step()
-    times = []
-    for _ in range(a.steps):
-        t0 = time.perf_counter()
-        step()
-        times.append(time.perf_counter() - t0)
-    times.sort()
-    s = times[len(times) // 2]
+    s = median_step_seconds(step, a.warmup, a.steps)
     gflop = 18e-9 * a.tokens * a.top_k * a.hidden * a.intermediate
     print(json.dumps({"impl": "torch-" + a.impl, "threads": torch.get_num_threads(), "tokens": a.tokens,
                       "step_ms_median": s * 1e3, "tokens_per_s": a.tokens / s,
