@@ -18,6 +18,6 @@ set -euo pipefail
 HERE="$(cd "$(dirname "$0")" && pwd)"
 case "${1:-}" in -h|--help) sed -n '2,16p' "$0"; exit 0 ;; esac
 export QWEN3_LAYERS=${QWEN3_LAYERS:-8} OUT_DIR=${OUT_DIR:-$HERE/../../out/bench/families}
-# The Python of the reference venv when there is one (torch + transformers + peft), as moe.sh.
-export DTR_BENCH_VENV=${DTR_BENCH_VENV:-$([ -x /work/.venv-ref/bin/python ] && echo /work/.venv-ref || echo /tmp/dtr-bench-venv)}
+ROOT="$(cd "$HERE/../.." && pwd)"
+source "$HERE/bench_env.sh"  # DTR_BENCH_VENV for run.sh
 exec bash "$HERE/run.sh" --scenarios gemma3,qwen3 --reps 2 --seq 256 --batch 1 --steps 2 --warmup 1 "$@"

@@ -25,9 +25,7 @@ while [ $# -gt 0 ]; do
     *) die "unknown argument '$1' (see --help)" ;;
   esac
 done
-VENV=${DTR_BENCH_VENV:-$([ -x /work/.venv-ref/bin/python ] && echo /work/.venv-ref || echo /tmp/dtr-bench-venv)}
-PY="$VENV/bin/python"
-BENCH=${DTR_BUILD_DIR:-$ROOT/build}/bin/dtr-bench
+source "$ROOT/bench/compare/bench_env.sh"  # PY, BENCH
 [ -x "$BENCH" ] || die "$BENCH not found (ninja -C build dtr-bench)"
 "$PY" -c "import torch, transformers" 2>/dev/null || die "$PY cannot import torch and transformers (set DTR_BENCH_VENV)"
 OUT=$(mktemp)
