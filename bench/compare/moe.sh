@@ -51,5 +51,15 @@ for impl, rs in by.items():
 if "dtr" in by:
     print(f"dtr SGEMM peak {statistics.median(r['sgemm_peak_gflops'] for r in by['dtr']):.1f} GFLOP/s; "
           f"grouped experts alone {statistics.median(r['experts_gflops'] for r in by['dtr']):.1f} GFLOP/s")
+    # The ceiling: expert-GEMM FLOPs / SGEMM peak, the step if the GEMMs ran at the peak and
+    # nothing else took time; the ratio it would give against each PyTorch side of this run.
+    ceil = statistics.median(r["ceiling_ms"] for r in by["dtr"] if "ceiling_ms" in r)
+    dtr_ms = statistics.median(r["step_ms_median"] for r in by["dtr"])
+    print(f"ceiling (expert GEMM FLOPs / SGEMM peak) {ceil:.2f} ms: dtr's step is {dtr_ms / ceil:.2f}x it", end="")
+    for impl, rs in by.items():
+        if impl != "dtr":
+            print(f"; {impl} {statistics.median(r['step_ms_median'] for r in rs) / ceil:.2f}x it "
+                  f"(the highest dtr / {impl} reachable)", end="")
+    print()
 PYEOF
 rm -f "$OUT"
