@@ -154,6 +154,8 @@ double fma_rate(double (*loop)(int64_t), int threads) {
   return s;
 }
 
+}  // namespace
+
 /// Memory bandwidth in bytes/s: STREAM's triad a = b + s * c on `threads` threads over three
 /// arrays of 32 Mi floats (384 MiB, past the caches), best of 10, counting 3 x 4 bytes per element
 /// (STREAM's convention: the write-allocate read of a is not counted). The limit of the
@@ -177,8 +179,6 @@ double triad_bytes_per_s(int threads) {
   std::free(a), std::free(b), std::free(c);
   return 3.0 * sizeof(float) * static_cast<double>(n) / t;
 }
-
-}  // namespace
 
 int bench_cpu_peak(int argc, char** argv) {
   int threads = omp_get_max_threads();

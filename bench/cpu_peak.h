@@ -14,4 +14,8 @@ namespace dtr::bench {
 /// the memory-bound ops). Last stdout line: one JSON object (peak_gflops, peak_avx2_gflops,
 /// clock_ghz, fma_units, lanes, cores, fma_loop_gflops, triad_gb_per_s, derivation, ...).
 int bench_cpu_peak(int argc, char** argv);
+/// Memory bandwidth in bytes/s: STREAM's triad a = b + s * c on `threads` threads over three
+/// arrays of 32 Mi floats (384 MiB, allocated and freed inside), best of 10, 3 x 4 bytes per
+/// element (STREAM's convention). Used by cpu-peak and by train-step's floor.
+double triad_bytes_per_s(int threads);
 }  // namespace dtr::bench

@@ -16,6 +16,7 @@
 #include <nlohmann/json.hpp>
 
 #include "bench/bench_util.h"
+#include "bench/cpu_peak.h"
 #include "models/formats/gguf.h"
 #include "models/transformer/causal_lm.h"
 #include "models/transformer/flops.h"
@@ -116,8 +117,14 @@ constexpr const char* kHelp =
     "--model CONFIG: the model of a config.json (or HF directory), a .gguf (metadata only) or a built-in\n"
     "shape name, any family (Qwen3, Gemma 3, ...), random init; --layers then cuts it to its first layers\n"
     "and the other shape flags are unused. --save-config PATH writes the resolved config.json.\n"
+    "Op profile: per op family ms, bytes moved (reads + writes of each op's tensors, from their sizes;\n"
+    "views 0) and GB/s against the STREAM triad bandwidth (measured before the model is built, 384 MiB,\n"
+    "all ranks at once), GEMM / attention FLOPs and GFLOP/s against the SGEMM peak. Floor step time =\n"
+    "(GEMM + attention FLOPs) / SGEMM peak + sum over the other families of bytes / triad bandwidth\n"
+    "(autograd / hooks outside ops: 0), and the MFU it implies.\n"
     "Last stdout line: one JSON object (step_ms_median, tokens_per_s, model_flops_per_step, peak_rss_mib,\n"
-    "phases{forward_ms, backward_ms, optimizer_ms, comm_exposed_ms, other_ms}, ...).\n";
+    "phases{forward_ms, backward_ms, optimizer_ms, comm_exposed_ms, other_ms}, op_families{ms, bytes,\n"
+    "flops}, floor{step_ms, mfu, ...}, ...).\n";
 
 /// 0: parsed; 1: help printed; 2: bad arguments (message printed).
 int parse(int argc, char** argv, TrainStepConfig& c) {
@@ -261,6 +268,10 @@ int bench_train_step(int argc, char** argv) {
     ctx.build_mesh(dev);
   }
 
+  // Memory bandwidth for the floor, before the model exists (its 384 MiB are freed again);
+  // under dp all ranks at once, so each sees its share of the bus.
+  if (c.fsdp) (void)all_ranks_max(0);
+  const double triad = dev.is_cuda() ? 0.0 : triad_bytes_per_s(num_threads());
   ModelConfig mc;
   try {
     mc = train_step_model_config(c);
@@ -379,27 +390,50 @@ int bench_train_step(int argc, char** argv) {
     row("step", ph.step);
     const double n_steps = static_cast<double>(c.steps);
     double in_ops = 0;
-    std::map<std::string, std::pair<int64_t, double>> fam;
+    std::map<std::string, OpProfileEntry> fam;  // per family: calls, seconds, bytes, flops (all steps)
     for (const auto& e : ops) {
       in_ops += e.seconds;
-      auto& f = fam[op_family(e.name)];
-      f.first += e.calls;
-      f.second += e.seconds;
+      OpProfileEntry& f = fam[op_family(e.name)];
+      f.calls += e.calls;
+      f.seconds += e.seconds;
+      f.bytes += e.bytes;
+      f.flops += e.flops;
     }
     double sum_steps = 0;  // the op table's % are of the total time of the timed steps
     for (double t : ph.step) sum_steps += t;
-    std::vector<std::pair<std::string, std::pair<int64_t, double>>> fams(fam.begin(), fam.end());
-    std::sort(fams.begin(), fams.end(), [](auto& a, auto& b) { return a.second.second > b.second.second; });
-    std::printf("\nop family (outermost dispatch, per step)  calls     ms   %% of step\n");
-    for (const auto& [n, f] : fams)
-      std::printf("  %-36s %7.0f %8.2f %8.1f%%\n", n.c_str(), static_cast<double>(f.first) / n_steps,
-                  f.second / n_steps * ms, 100.0 * f.second / sum_steps);
+    std::vector<std::pair<std::string, OpProfileEntry>> fams(fam.begin(), fam.end());
+    std::sort(fams.begin(), fams.end(), [](auto& a, auto& b) { return a.second.seconds > b.second.seconds; });
+    // Floor: a compute family (GEMM FLOPs, attention FLOPs) at the SGEMM peak, every other family
+    // at the triad bandwidth; autograd / hooks outside ops at 0.
+    auto compute_family = [](const std::string& n) { return n == "gemm" || n == "attention"; };
+    auto floor_s = [&](const std::string& n, const OpProfileEntry& f) {
+      if (compute_family(n)) return peak > 0 ? f.flops / n_steps / peak : 0.0;
+      return triad > 0 ? f.bytes / n_steps / triad : 0.0;
+    };
+    double floor_step = 0;
+    for (const auto& [n, f] : fams) floor_step += floor_s(n, f);
+    std::printf("\nop family (outermost dispatch, per step)  calls     ms   %% of step      MB   GB/s %%triad"
+                "  GFLOP  GFLOP/s %%peak  floor ms  x floor\n");
+    for (const auto& [n, f] : fams) {
+      const double t = f.seconds / n_steps, fl = floor_s(n, f);
+      std::printf("  %-36s %7.0f %8.2f %8.1f%% %8.1f %6.1f %5.1f%% %6.2f %8.1f %5.1f%% %9.2f %7.1f\n", n.c_str(),
+                  static_cast<double>(f.calls) / n_steps, t * ms, 100.0 * f.seconds / sum_steps, f.bytes / n_steps * 1e-6,
+                  t > 0 ? f.bytes / n_steps / t * 1e-9 : 0.0, t > 0 && triad > 0 ? 100.0 * f.bytes / n_steps / t / triad : 0.0,
+                  f.flops / n_steps * 1e-9, t > 0 ? f.flops / n_steps / t * 1e-9 : 0.0,
+                  t > 0 && peak > 0 ? 100.0 * f.flops / n_steps / t / peak : 0.0, fl * ms, fl > 0 ? t / fl : 0.0);
+    }
     std::printf("  %-36s %7s %8.2f %8.1f%%\n", "(outside ops: autograd, hooks, comm)", "",
                 (sum_steps - in_ops) / n_steps * ms, 100.0 * (sum_steps - in_ops) / sum_steps);
-    std::printf("\nop (per step)                            calls     ms   %% of step\n");
+    const double floor_mfu = floor_step > 0 && peak > 0 ? flops / world / floor_step / peak : 0.0;
+    std::printf("floor: %.2f ms/step = (GEMM + attention FLOPs) / SGEMM peak %.2f GFLOP/s + bytes of the other "
+                "families / triad %.2f GB/s; MFU at the floor %.1f%% (measured step %.2f ms = x%.2f the floor)\n",
+                floor_step * ms, peak * 1e-9, triad * 1e-9, 100.0 * floor_mfu, step_s * ms,
+                floor_step > 0 ? step_s / floor_step : 0.0);
+    std::printf("\nop (per step)                            calls     ms   %% of step      MB   GB/s  GFLOP/s\n");
     for (const auto& e : ops)
-      std::printf("  %-36s %7.0f %8.2f %8.1f%%\n", e.name.c_str(), static_cast<double>(e.calls) / n_steps,
-                  e.seconds / n_steps * ms, 100.0 * e.seconds / sum_steps);
+      std::printf("  %-36s %7.0f %8.2f %8.1f%% %8.1f %6.1f %8.1f\n", e.name.c_str(), static_cast<double>(e.calls) / n_steps,
+                  e.seconds / n_steps * ms, 100.0 * e.seconds / sum_steps, e.bytes / n_steps * 1e-6,
+                  e.seconds > 0 ? e.bytes / e.seconds * 1e-9 : 0.0, e.seconds > 0 ? e.flops / e.seconds * 1e-9 : 0.0);
     char mfu_pct[32];
     std::snprintf(mfu_pct, sizeof mfu_pct, "%.1f%%", 100.0 * flops / step_s / (peak * world));
     const std::string mfu = gpu ? std::string("n/a on cuda") : std::string(mfu_pct);
@@ -427,10 +461,19 @@ int bench_train_step(int argc, char** argv) {
                    {"other_ms", median(ph.other) * ms}};
     // Per-step ms of each op family (the table above; "(outside ops)" = autograd, hooks, comm):
     // bench/compare's report reads attention's share from it.
-    nlohmann::json fj = nlohmann::json::object();
-    for (const auto& [n, f] : fams) fj[n] = f.second / n_steps * ms;
+    nlohmann::json fj = nlohmann::json::object(), fd = nlohmann::json::object();
+    for (const auto& [n, f] : fams) {
+      fj[n] = f.seconds / n_steps * ms;
+      // Per step: bytes moved, FLOPs (gemm / attention), floor ms (rank 0).
+      fd[n] = {{"ms", f.seconds / n_steps * ms}, {"calls", static_cast<double>(f.calls) / n_steps},
+               {"bytes", f.bytes / n_steps}, {"flops", f.flops / n_steps}, {"floor_ms", floor_s(n, f) * ms},
+               {"bound", compute_family(n) ? "sgemm_peak" : "triad"}};
+    }
     fj["(outside ops)"] = (sum_steps - in_ops) / n_steps * ms;
     j["op_families_ms"] = fj;
+    j["op_families"] = fd;
+    j["floor"] = {{"step_ms", floor_step * ms}, {"mfu", floor_mfu}, {"sgemm_peak_flops", peak},
+                  {"triad_bytes_per_s", triad}, {"step_over_floor", floor_step > 0 ? step_s / floor_step : 0.0}};
     j["initial_loss"] = initial_loss;
     j["config"] = {{"model_type", mc.model_type}, {"model", c.model},
                    {"layers", mc.num_hidden_layers}, {"hidden", mc.hidden_size}, {"intermediate", mc.intermediate_size},

@@ -22,19 +22,42 @@ DistributedDispatcher* g_dist = nullptr;
 
 /// Depth of profiled dispatch()/run_kernel() calls on this thread (only the outermost is timed).
 thread_local int t_profile_depth = 0;
+/// Depth of run_kernel() calls on this thread while profiling (only the outermost is counted).
+thread_local int t_kernel_depth = 0;
+/// Bytes and FLOPs of the outermost kernels of the op being timed on this thread.
+thread_local double t_op_bytes = 0, t_op_flops = 0;
+
+/// Increments a per-thread depth counter for its lifetime.
+struct DepthGuard {
+  int& depth;
+  explicit DepthGuard(int& d) : depth(d) { ++depth; }
+  ~DepthGuard() { --depth; }
+  DepthGuard(const DepthGuard&) = delete;
+  DepthGuard& operator=(const DepthGuard&) = delete;
+};
 
 /// Times `fn` for op `call` when profiling is on and this is the outermost call of the thread.
 template <class Fn>
 std::vector<Tensor> profiled(const OpCall& call, Fn&& fn) {
   if (!detail::g_op_profiling.load(std::memory_order_relaxed) || t_profile_depth > 0) return fn();
-  struct Depth {
-    Depth() { ++t_profile_depth; }
-    ~Depth() { --t_profile_depth; }
-  } depth;
+  const DepthGuard depth(t_profile_depth);
+  t_op_bytes = t_op_flops = 0;
   const auto t0 = std::chrono::steady_clock::now();
   std::vector<Tensor> out = fn();
   const auto ns = std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - t0).count();
-  detail::record_op_time(call.op->name, static_cast<int64_t>(ns));
+  detail::record_op_time(call.op->name, static_cast<int64_t>(ns), t_op_bytes, t_op_flops);
+  return out;
+}
+
+/// Runs the kernel of `call`; when profiling, the outermost kernel of the thread adds its bytes
+/// and FLOPs to the op being timed.
+template <class Fn>
+std::vector<Tensor> counted(const OpCall& call, Fn&& fn) {
+  if (!detail::g_op_profiling.load(std::memory_order_relaxed) || t_kernel_depth > 0) return fn();
+  const DepthGuard depth(t_kernel_depth);
+  std::vector<Tensor> out = fn();
+  t_op_bytes += op_bytes_moved(call, out);
+  t_op_flops += op_flops(call);
   return out;
 }
 
@@ -76,7 +99,7 @@ void set_distributed_dispatcher(DistributedDispatcher* d) { g_dist = d; }
 DistributedDispatcher* distributed_dispatcher() { return g_dist; }
 
 std::vector<Tensor> run_kernel(const OpCall& call) {
-  return profiled(call, [&] { return run_kernel_impl(call); });
+  return profiled(call, [&] { return counted(call, [&] { return run_kernel_impl(call); }); });
 }
 
 namespace {

@@ -4,6 +4,9 @@
 #include <mutex>
 #include <unordered_map>
 
+#include "tensor/dispatch.h"
+#include "tensor/tensor.h"
+
 namespace dtr {
 namespace detail {
 std::atomic<bool> g_op_profiling{false};
@@ -12,6 +15,7 @@ std::atomic<bool> g_op_profiling{false};
 namespace {
 struct Acc {
   int64_t calls = 0, ns = 0;
+  double bytes = 0, flops = 0;
 };
 std::mutex& prof_mutex() {
   static std::mutex m;
@@ -35,7 +39,7 @@ std::vector<OpProfileEntry> op_profile() {
   std::vector<OpProfileEntry> out;
   {
     std::lock_guard<std::mutex> lock(prof_mutex());
-    for (const auto& [n, a] : prof_table()) out.push_back({n, a.calls, static_cast<double>(a.ns) * 1e-9});
+    for (const auto& [n, a] : prof_table()) out.push_back({n, a.calls, static_cast<double>(a.ns) * 1e-9, a.bytes, a.flops});
   }
   std::sort(out.begin(), out.end(), [](const OpProfileEntry& a, const OpProfileEntry& b) {
     return a.seconds != b.seconds ? a.seconds > b.seconds : a.name < b.name;
@@ -43,11 +47,67 @@ std::vector<OpProfileEntry> op_profile() {
   return out;
 }
 
-void detail::record_op_time(const std::string& name, int64_t ns) {
+void detail::record_op_time(const std::string& name, int64_t ns, double bytes, double flops) {
   std::lock_guard<std::mutex> lock(prof_mutex());
   Acc& a = prof_table()[name];
   a.calls += 1;
   a.ns += ns;
+  a.bytes += bytes;
+  a.flops += flops;
+}
+
+double op_bytes_moved(const OpCall& call, const std::vector<Tensor>& outputs) {
+  const std::string& name = call.op->name;
+  const bool inplace = !name.empty() && name.back() == '_';
+  std::vector<bool> viewed(call.inputs.size(), false);
+  double bytes = 0;
+  for (const Tensor& o : outputs) {
+    if (!o.defined() || o.is_distributed()) continue;
+    bool view = false;
+    for (size_t i = 0; i < call.inputs.size(); ++i) {
+      const Tensor& t = call.inputs[i];
+      if (!inplace && t.defined() && !t.is_distributed() && o.storage() && t.storage() == o.storage()) {
+        viewed[i] = view = true;
+      }
+    }
+    if (!view) bytes += static_cast<double>(o.nbytes());
+  }
+  // embedding {ids, weight}: a gather reads the output's worth of weight rows, not the table.
+  const bool gather = name == "embedding" && outputs.size() == 1 && outputs[0].defined();
+  for (size_t i = 0; i < call.inputs.size(); ++i) {
+    const Tensor& t = call.inputs[i];
+    if (!t.defined() || t.is_distributed() || viewed[i]) continue;
+    bytes += static_cast<double>(gather && i == 1 ? outputs[0].nbytes() : t.nbytes());
+  }
+  return bytes;
+}
+
+double op_flops(const OpCall& call) {
+  const std::string& n = call.op->name;
+  const auto& in = call.inputs;
+  if (n == "mm" || n == "bmm" || n == "grouped_mm") {
+    if (in.size() < 2 || !in[0].defined() || !in[1].defined() || in[1].dim() == 0) return 0;
+    return 2.0 * static_cast<double>(in[0].numel()) * static_cast<double>(in[1].size(-1));
+  }
+  const bool fwd = n == "sdpa", bwd = n == "sdpa_backward";
+  if (!fwd && !bwd) return 0;
+  const size_t q0 = bwd ? 1 : 0;  // sdpa_backward: {g, q, k, v, ...}
+  if (in.size() < q0 + 3) return 0;
+  const Tensor &q = in[q0], &k = in[q0 + 1], &v = in[q0 + 2];
+  if (q.dim() != 4 || k.dim() != 4 || v.dim() != 4) return 0;
+  const int64_t T = q.size(2), S = k.size(2);
+  const bool causal = call.b(0);
+  const int64_t window = call.attrs.size() > 2 ? call.i(2) : 0;
+  const int64_t off = call.attrs.size() > 3 ? call.i(3) : S - T;
+  double pairs = 0;  // visible (query, key) pairs of one head
+  for (int64_t i = 0; i < T; ++i) {
+    const int64_t end = causal ? std::clamp<int64_t>(i + off + 1, 0, S) : S;
+    const int64_t begin = window > 0 ? std::clamp<int64_t>(i + off - window + 1, 0, S) : 0;
+    pairs += static_cast<double>(std::max<int64_t>(0, end - begin));
+  }
+  const double f = 2.0 * static_cast<double>(q.size(0) * q.size(1)) * pairs *
+                   static_cast<double>(q.size(3) + v.size(3));
+  return bwd ? 2 * f : f;
 }
 
 }  // namespace dtr

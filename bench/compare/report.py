@@ -78,7 +78,8 @@ def summarise(rows, a, peak):
                      step_ms_all=[round(r["step_ms_median"], 1) for r in rs], load_all=[r.get("load") for r in rs],
                      phases={k: statistics.median((r["phases"].get(k) or 0.0) for r in rs)
                              for k in ("forward_ms", "backward_ms", "optimizer_ms", "comm_exposed_ms")},
-                     op_families_ms=mid.get("op_families_ms"))
+                     op_families_ms=mid.get("op_families_ms"), op_families=mid.get("op_families"),
+                     floor=mid.get("floor"))
             if impl == "dtr":
                 cfg = rs[0].get("config", {})
                 d["params_total"], d["params_trainable"] = cfg.get("params"), cfg.get("trainable_params")
@@ -182,13 +183,35 @@ def seq_table(table):
     return md, ["  ".join(c.strip() for c in l.strip("|").split("|")) for l in md[:1] + md[2:]]
 
 
+def floor_of(d, peak, per_rank):
+    """The floor step of dtr's row (ms, rank 0's op profile): GEMM + attention FLOPs at the run's
+    SGEMM peak, every other op family's bytes at the run's triad bandwidth (both per rank: dp ranks
+    x 1 thread share the machine); train-step's own figures where the run has no triad. None
+    without the per-family bytes / FLOPs (an older dtr-bench)."""
+    fams, own = d.get("op_families"), d.get("floor") or {}
+    if not fams:
+        return None
+    pk = peak["peak_gflops"] * 1e9 / per_rank
+    tri = ((peak.get("theoretical") or {}).get("triad_gb_per_s") or 0) * 1e9 / per_rank or own.get("triad_bytes_per_s")
+    per = {}
+    for k, f in fams.items():
+        if f.get("bound") == "sgemm_peak":
+            per[k] = 1e3 * f["flops"] / pk
+        else:
+            per[k] = 1e3 * f["bytes"] / tri if tri else 0.0
+    return dict(per_family_ms=per, step_ms=sum(per.values()), peak_flops=pk, triad_bytes_per_s=tri)
+
+
 def profile_table(table, peak):
     """dtr's per-op-family ms per step (median rep) of the untagged scenarios: where the step goes,
     and two bounds: the GEMM family's own rate (matmul FLOPs = model FLOPs - attention, over the
     gemm ms; the op profile is rank 0's, i.e. per rank under dp) against the SGEMM peak, and the
-    MFU the step would have if everything outside the GEMMs took no time."""
+    MFU the step would have if everything outside the GEMMs took no time. Then the floor
+    (floor_of): each family's own limit in ms beside its measured ms, the floor step, the MFU it
+    implies and the dtr/PyTorch tokens/s ratio it implies (PyTorch's measured step / the floor)."""
     cols = [(s, tag, res["dtr"]) for s, tag, res in table if "dtr" in res and res["dtr"].get("op_families_ms")
             and not tag]
+    torch_ms = {s: res["pytorch"]["step_ms"] for s, tag, res in table if "pytorch" in res and not tag}
     if not cols:
         return []
     fams = []
@@ -202,7 +225,10 @@ def profile_table(table, peak):
         cells = [k]
         for _, _, d in cols:
             v = d["op_families_ms"].get(k)
-            cells.append("-" if v is None else f"{v:.0f} ({100 * v / d['step_ms']:.1f}%)")
+            fl = floor_of(d, peak, d["world"] if d["world"] > 1 else 1)
+            lim = fl["per_family_ms"].get(k) if fl else None
+            cells.append("-" if v is None else f"{v:.0f} ({100 * v / d['step_ms']:.1f}%)"
+                         + (f", floor {lim:.0f}" if lim is not None else ""))
         md.append("| " + " | ".join(cells) + " |")
     rate, bound = ["GEMM family GFLOP/s (% of SGEMM peak)"], ["MFU if only the GEMMs took time"]
     for s, _, d in cols:
@@ -218,6 +244,18 @@ def profile_table(table, peak):
         bound.append(f"{100 * d['mfu'] * d['step_ms'] / g:.1f}%")
     md.append("| " + " | ".join(rate) + " |")
     md.append("| " + " | ".join(bound) + " |")
+    fstep, fmfu, fratio = ["floor step ms (measured step / floor)"], ["MFU at the floor"], ["dtr/PyTorch at the floor"]
+    for s, _, d in cols:
+        per_rank = d["world"] if d["world"] > 1 else 1
+        fl = floor_of(d, peak, per_rank)
+        if not fl or fl["step_ms"] <= 0:
+            fstep.append("-"), fmfu.append("-"), fratio.append("-")
+            continue
+        fstep.append(f"{fl['step_ms']:.0f} (x{d['step_ms'] / fl['step_ms']:.2f})")
+        fmfu.append(f"{100 * d['flops'] / per_rank / (fl['step_ms'] / 1e3) / fl['peak_flops']:.1f}%")
+        fratio.append(f"x{torch_ms[s] / fl['step_ms']:.2f}" if s in torch_ms else "-")
+    if len(fstep) > 1 and any(c != "-" for c in fstep[1:]):
+        md += ["| " + " | ".join(r) + " |" for r in (fstep, fmfu, fratio)]
     return md
 
 
