@@ -9,7 +9,9 @@
 namespace dtr {
 
 void sum_tied_gradients(ProcessGroup& pg, const Tensor& param, int peer) {
-  if (peer == pg.rank()) return;
+  // A frozen table (LoRA) has no gradient to sum: giving it a zero .grad would keep a whole
+  // [vocab, hidden] table alive on both ranks from the first step on and send it every step.
+  if (peer == pg.rank() || !param.requires_grad()) return;
   NoGradGuard ng;
   if (!param.grad().defined()) param.set_grad(zeros_like(param));
   Tensor g = param.grad();

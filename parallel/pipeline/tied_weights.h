@@ -13,7 +13,8 @@ namespace dtr {
 /// Adds the peer's gradient of its copy of the tied weight into `param`'s .grad (in place, the
 /// local shard when distributed) and vice versa: one exchange with pp group rank `peer`. A
 /// missing gradient counts as zeros. Both ranks must call it with the same shapes; with
-/// peer == this rank (both stages on one rank: one tensor) nothing happens. Errors: shapes or
+/// peer == this rank (both stages on one rank: one tensor) or a frozen `param` (both copies are
+/// frozen alike) nothing happens and no .grad is created. Errors: shapes or
 /// layouts that differ between the two copies (the message names both).
 void sum_tied_gradients(ProcessGroup& pp_group, const Tensor& param, int peer);
 

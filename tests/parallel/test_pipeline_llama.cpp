@@ -5,7 +5,8 @@
 // stages, loss parallel on the last); full fine-tune and LoRA; a recipe layer list (1 + 7);
 // tied embeddings (gradients summed between the first and last stage). Every run's step-0 loss
 // and gradients, and the losses and parameters after 5 AdamW steps, equal the single process
-// (whole model, the same micro-batches accumulated in one loop).
+// (whole model, the same micro-batches accumulated in one loop); no frozen parameter holds a
+// .grad after a step and the live bytes after every step equal those after the first.
 #include <catch2/catch.hpp>
 
 #include <algorithm>
@@ -27,6 +28,7 @@
 #include "parallel/pipeline/stage_fsdp.h"
 #include "parallel/pipeline/tied_weights.h"
 #include "runtime/env.h"
+#include "tensor/allocator.h"
 #include "tensor/autograd/grad_mode.h"
 #include "tensor/ops.h"
 #include "tensor/optim/adamw.h"
@@ -60,6 +62,8 @@ struct Run {
   double norm0 = 0;  // global gradient norm of step 0
   std::map<std::string, Tensor> grads0;  // gradients after step 0's backward (full tensors)
   std::map<std::string, Tensor> params;  // parameters after the last step (full tensors)
+  std::vector<int64_t> live;  // pipeline runs: allocator live bytes after each step (zero_grad included)
+  std::vector<std::string> frozen_with_grad;  // pipeline runs: frozen parameters holding a .grad
 };
 
 Tensor full_of(const Tensor& t) { return t.is_distributed() ? full_tensor(t.detach()) : t.detach().clone(); }
@@ -186,8 +190,12 @@ Run pipelined(const Setup& s, int m) {
           if (p.requires_grad()) r.grads0[n] = full_of(p.grad());
     adam.step();
     adam.zero_grad();
+    for (auto& st : stages)
+      for (auto& [n, p] : st->named_parameters())
+        if (!p.requires_grad() && p.grad().defined()) r.frozen_with_grad.push_back(n);
     double ls = 0;
     for (auto& l : losses) ls += full_of(l).item<double>();
+    r.live.push_back(memory_stats().current);
     // Every (dp, tp) rank of the last stage holds its dp rank's mean; tp ranks hold equal values.
     r.losses.push_back(world_sum(has_last ? ls / (s.tp * s.dp) : 0.0));
   }
@@ -231,9 +239,23 @@ std::string name(const Setup& s) {
          " tp " + std::to_string(s.tp) + (s.dp_replicate > 1 ? " hsdp" : "") + (s.sp ? " sp" : "") + (s.lora ? " lora" : "") + (s.tied ? " tied" : "") + (s.ac ? " ac" : "");
 }
 
+/// Nothing outlives a step: a frozen parameter never gets a .grad (a tied frozen table would
+/// hold [vocab, hidden] from the first step on), and the live bytes after every step equal
+/// those after the first (which created the gradients and AdamW's state).
+void check_no_retention(const Run& got, const std::string& what) {
+  INFO(what << " rank " << rank());
+  for (const auto& n : got.frozen_with_grad) FAIL_CHECK("frozen " << n << " holds a .grad after a step");
+  for (size_t i = 1; i < got.live.size(); ++i) {
+    INFO("live bytes after step " << i << " " << got.live[i] << " vs after step 0 " << got.live[0]);
+    CHECK(got.live[i] == got.live[0]);
+  }
+}
+
 void run_and_compare(const Setup& s) {
   const int m = 2 * s.pp;
-  check_same(reference(s.lora, s.tied, m * s.dp), pipelined(s, m), name(s));
+  const Run got = pipelined(s, m);
+  check_same(reference(s.lora, s.tied, m * s.dp), got, name(s));
+  check_no_retention(got, name(s));
 }
 
 }  // namespace
@@ -266,6 +288,11 @@ TEST_CASE("pipeline: a recipe layer list and tied embeddings") {
     s.tied = true;
     run_and_compare(s);
   }
+  Setup frozen;  // LoRA with tied embeddings: the frozen table's two copies need no exchange
+  frozen.pp = W;
+  frozen.lora = true;
+  frozen.tied = true;
+  run_and_compare(frozen);
 }
 
 TEST_CASE("pipeline: pp 2 x dp 2 (FSDP per stage) and pp 2 x tp 2 (TP in the stages)") {
