@@ -90,6 +90,10 @@ class FSDPParamGroup {
   /// sharded parameters' .grad (Shard(0) DTensors in the parameter dtype).
   void finish_reduce_apply();
   bool reduce_pending() const { return rs_work_ != nullptr || ar_work_ != nullptr || rs_out_.defined(); }
+  /// The reduce-scatter is issued and not yet waited for (its input is alive).
+  bool reduce_scatter_in_flight() const { return rs_work_ != nullptr; }
+  /// HSDP: the replicate all_reduce is issued and not yet waited for.
+  bool all_reduce_in_flight() const { return ar_work_ != nullptr; }
   /// Re-derives which parameters the unit reduces from their requires_grad, so a parameter
   /// frozen or unfrozen after fully_shard is honoured (FSDP2 semantics): the sharded DTensor's
   /// flag decides (the unsharded leaf's when only that one was changed, e.g. while the root

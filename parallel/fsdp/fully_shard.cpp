@@ -52,11 +52,33 @@ struct FSDPState : nn::ModuleState, std::enable_shared_from_this<FSDPState> {
 struct FSDPContext {
   std::vector<FSDPState*> units;  // pre-order
   std::vector<FSDPState*> fwd_prev, fwd_cur, post_fwd;
-  std::vector<FSDPState*> pending;  // units with a reduction in flight, in issue order
+  std::vector<FSDPState*> pending;  // units with a reduction in flight, in issue order (at most 2)
   bool finalized = true;
   uint64_t callback_backward_id = 0;  // the backward the post-backward callback is queued for
 
-  /// Waits for the reductions in issue order (all reduce-scatters first, then HSDP all-reduces
+  /// FSDP2's bound on the reductions in flight, run before a unit packs its gradients for the
+  /// reduce-scatter (_fsdp_param_group.py post_backward waits for the previous reduce_scatter_state
+  /// there): the previous unit's reduce-scatter is waited for, which frees its input (the flat
+  /// unsharded gradients); without HSDP its shards are added into .grad at once, under HSDP its
+  /// all-reduce is issued and overlaps this unit's backward, and the all-reduce issued at the call
+  /// before is waited for and applied. So at most one reduce-scatter input is alive besides the
+  /// new unit's gradients, and one all-reduce is in flight.
+  void bound_reductions() {
+    std::vector<FSDPState*> keep;
+    for (FSDPState* s : pending) {
+      FSDPParamGroup& g = *s->group;
+      if (g.reduce_scatter_in_flight()) {
+        g.finish_reduce_scatter();
+        if (g.all_reduce_in_flight()) {
+          keep.push_back(s);
+          continue;
+        }
+      }
+      g.finish_reduce_apply();
+    }
+    pending = std::move(keep);
+  }
+  /// Waits for the reductions left in issue order (reduce-scatters first, then HSDP all-reduces
   /// and the accumulation into .grad).
   void wait_reductions() {
     for (FSDPState* s : pending) s->group->finish_reduce_scatter();
@@ -305,6 +327,7 @@ void FSDPState::on_grad_ready(int idx) {
 void FSDPState::post_backward() {
   post_backward_done = true;
   if (requires_sync) {
+    if (group->num_trainable() > 0) ctx->bound_reductions();
     group->reduce_grads_async();
     if (group->reduce_pending()) ctx->pending.push_back(this);
   } else {

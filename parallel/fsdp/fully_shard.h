@@ -21,7 +21,11 @@
 // in backward order). When all trainable unsharded parameters of a unit got their gradient
 // (post-accumulate-grad hooks) their gradients are reduce-scattered as one flat buffer in
 // reduce_dtype (async; HSDP adds an all_reduce over the replicate dim), averaged over the dp
-// size and added into the sharded parameters' .grad (Shard(0) DTensors). Frozen parameters are
+// size and added into the sharded parameters' .grad (Shard(0) DTensors). As in FSDP2 at most
+// one earlier reduction is in flight: before a unit packs its gradients, the previous unit's
+// reduce-scatter is waited for, its input (the flat unsharded gradients) freed and its shards
+// added into .grad (HSDP: its all_reduce issued, waited for and applied at the next unit), so a
+// backward holds about two units' unsharded gradients, not every unit's. Frozen parameters are
 // gathered but never reduced; a unit without trainable parameters issues no reduce-scatter.
 // requires_grad changed after fully_shard is honoured from the unit's next forward (FSDP2):
 // a parameter frozen later is no longer reduced (so the optimizer never moves it again), one
@@ -89,7 +93,8 @@ void set_fsdp_hooks_enabled(nn::Module& module, bool enabled);
 FSDPParamGroup* fsdp_param_group(const nn::Module& module);
 
 /// Seconds this process spent blocked in waits on FSDP collectives (all-gather waits in the
-/// pre-forward / pre-backward, reduction waits at the end of backward) since the last reset:
+/// pre-forward / pre-backward, reduction waits at the next unit's reduction and at the end of
+/// backward) since the last reset:
 /// the exposed (non-overlapped) communication time that benchmarks report.
 double fsdp_exposed_comm_seconds();
 void reset_fsdp_exposed_comm_seconds();
