@@ -2,6 +2,7 @@
 
 #include <yaml-cpp/yaml.h>
 
+#include <functional>
 #include <utility>
 #include <vector>
 
@@ -115,15 +116,18 @@ MixedPrecisionPolicy get_mp_policy(const YAML::Node& v, const std::string& where
 
 }  // namespace
 
-MeshContext parse_distributed(const YAML::Node& d, int64_t world, const std::string& where) {
+MeshContext parse_distributed(const YAML::Node& d, int64_t world,
+                              const std::function<std::string(const std::string&)>& where_of) {
+  const std::string section = where_of("");  // errors about the section as a whole
   MeshContext c;
   c.world_size = world;
   bool dp_given = false;
   if (d && !d.IsNull()) {
-    DTR_CHECK(d.IsMap(), where, ": expected a map of settings");
+    DTR_CHECK(d.IsMap(), section, ": expected a map of settings");
     for (const auto& kv : d) {
       const std::string k = kv.first.as<std::string>();
       const YAML::Node& v = kv.second;
+      const std::string where = where_of(k);  // errors about this key
       bool degree = false;
       for (const auto& [key, field] : degree_keys())
         if (k == key) {
@@ -171,9 +175,13 @@ MeshContext parse_distributed(const YAML::Node& d, int64_t world, const std::str
       }
     }
   }
-  if (!dp_given) c.infer_dp_size(where);
-  c.validate(where);
+  if (!dp_given) c.infer_dp_size(section);
+  c.validate(section);
   return c;
+}
+
+MeshContext parse_distributed(const YAML::Node& d, int64_t world, const std::string& where) {
+  return parse_distributed(d, world, [&](const std::string&) { return where; });
 }
 
 }  // namespace dtr::train

@@ -3,6 +3,7 @@
 // MeshContext (parallel/mesh_context.h): degrees, strategy, activation checkpointing, FSDP2
 // options. Parsing only; the sizes are checked by ParallelDims / MeshContext::validate.
 #include <cstdint>
+#include <functional>
 #include <string>
 
 #include "parallel/mesh_context.h"
@@ -19,5 +20,11 @@ namespace dtr::train {
 /// unknown strategy or activation_checkpointing value, and every MeshContext::validate error.
 /// Does not create process groups.
 MeshContext parse_distributed(const YAML::Node& distributed, int64_t world_size, const std::string& where);
+
+/// The same with a label per key: where_of(k) names distributed.<k> in errors about that key
+/// (e.g. "--set distributed.tp_size: distributed"), where_of("") the section as a whole (the
+/// mesh-size checks, which involve several keys).
+MeshContext parse_distributed(const YAML::Node& distributed, int64_t world_size,
+                              const std::function<std::string(const std::string&)>& where_of);
 
 }  // namespace dtr::train

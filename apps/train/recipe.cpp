@@ -177,9 +177,18 @@ std::string num(double v) {
 }  // namespace
 
 std::string Recipe::source_of(const std::string& key) const {
-  for (const auto& k : overridden)
-    if (k == key || key.rfind(k + ".", 0) == 0 || k.rfind(key + ".", 0) == 0) return "--set " + k;
-  return file;
+  // The value at `key` is the file's, replaced by the last --set of `key` or of a map above it,
+  // then changed by the --set of keys below it that came after that one.
+  std::string source = file;
+  size_t from = 0;
+  for (size_t i = 0; i < overridden.size(); ++i)
+    if (overridden[i] == key || key.rfind(overridden[i] + ".", 0) == 0) {
+      source = "--set " + overridden[i];
+      from = i + 1;
+    }
+  for (size_t i = from; i < overridden.size(); ++i)
+    if (overridden[i].rfind(key + ".", 0) == 0) source += ", --set " + overridden[i];
+  return source;
 }
 
 void apply_override(YAML::Node& root, const std::string& assignment) {

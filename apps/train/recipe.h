@@ -155,7 +155,9 @@ struct Recipe {
   /// Automodel keys accepted without effect on results (automodel_compat.h), for one warning.
   std::vector<std::string> ignored_keys;
 
-  /// Where a key came from, for messages: "configs/x.yaml" or "--set".
+  /// Where a key came from, for messages: "configs/x.yaml", "--set optimizer.lr", or for a map
+  /// changed by --set of its keys the file and each of them ("configs/x.yaml, --set
+  /// distributed.dp_size, --set distributed.tp_size").
   std::string source_of(const std::string& key) const;
   std::vector<std::string> overridden;  // keys set by --set
 };

@@ -174,7 +174,9 @@ Plan make_plan(const Recipe& r, int world) {
             ", use model.device: cpu");
   Plan p;
   p.config = resolve_config(r, p.model_source);
-  p.mesh = parse_distributed(r.distributed, world, r.source_of("distributed") + ": distributed");
+  p.mesh = parse_distributed(r.distributed, world, [&](const std::string& k) {
+    return r.source_of(k.empty() ? "distributed" : "distributed." + k) + ": distributed";
+  });
   const int64_t tp = p.mesh.tp_size;
   const auto& c = p.config;
   check_tp_heads(c, tp, p.model_source);

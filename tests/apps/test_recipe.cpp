@@ -67,6 +67,13 @@ TEST_CASE("recipe: --set overrides are typed and create maps") {
   CHECK_FALSE(r.checkpoint.enabled);
   CHECK(r.source_of("optimizer.lr") == "--set optimizer.lr");
   CHECK(r.source_of("optimizer.eps") == kSingle);
+  // A map changed by --set of its keys names the file and each of them, not the first --set alone.
+  CHECK(r.source_of("optimizer") == std::string(kSingle) + ", --set optimizer.lr");
+  Recipe two = load_recipe(kSingle, {"distributed.dp_size=1", "distributed.tp_size=1", "optimizer.lr=0.5", "optimizer={lr: 0.25}"});
+  CHECK(two.source_of("distributed.tp_size") == "--set distributed.tp_size");
+  CHECK(two.source_of("distributed") == std::string(kSingle) + ", --set distributed.dp_size, --set distributed.tp_size");
+  CHECK(two.source_of("optimizer") == "--set optimizer");  // the last --set replaced the whole map
+  CHECK(two.source_of("optimizer.lr") == "--set optimizer");
   YAML::Node n;
   apply_override(n, "a.b.c=7");
   CHECK(n["a"]["b"]["c"].as<int>() == 7);
@@ -121,6 +128,14 @@ TEST_CASE("recipe: checks against the world size and the model, before any alloc
   CHECK(contains(e, "peft.target_modules [nothing_here] match no Linear module"));
   e = plan_error({"distributed.bogus=1"}, 1);
   CHECK(contains(e, "bogus"));
+  // A bad value in the second --set of a section is named by its own key, not by the first --set.
+  e = plan_error({"distributed.dp_size=1", "distributed.tp_size=abc"}, 1);
+  CHECK(e.rfind("--set distributed.tp_size: distributed.tp_size: expected an integer, got 'abc'", 0) == 0);
+  e = plan_error({"distributed.dp_size=1", "distributed.sequence_parallel=maybe"}, 1);
+  CHECK(e.rfind("--set distributed.sequence_parallel: distributed.sequence_parallel: expected true or false", 0) == 0);
+  // A mesh check involves several keys: the file and every --set that changed the section.
+  e = plan_error({"distributed.dp_size=1", "distributed.tp_size=3"}, 1);
+  CHECK(e.rfind(std::string(kSingle) + ", --set distributed.dp_size, --set distributed.tp_size: distributed", 0) == 0);
   // ep carved out of dp: 3 does not divide dp 4; 2 does, but the dense model has no experts
   e = plan_error({"distributed.ep_size=3"}, 4);
   CHECK(contains(e, "ep_size=3 does not divide dp_shard_cp"));
