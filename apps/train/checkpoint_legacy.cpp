@@ -40,18 +40,30 @@ dcp::Metadata LegacyCheckpointReader::read_metadata() {
       // "model/<fqn>" or "optim/<k>/<fqn>": the parameter's block map entry.
       const size_t slash = key.rfind("optim/", 0) == 0 ? key.find('/', 6) : key.find('/');
       const std::string fqn = slash == std::string::npos ? key : key.substr(slash + 1);
-      DTR_CHECK(blocks.contains(fqn) && blocks[fqn].is_object() && blocks[fqn].contains("offset") &&
-                    blocks[fqn].contains("global_shape"),
-                "checkpoint: '", path, "': dtr_shards has no block of '", fqn, "' (tensor '", key, "')");
+      DTR_CHECK(blocks.contains(fqn) && blocks[fqn].is_object(), "checkpoint: '", path, "': dtr_shards has no block of '",
+                fqn, "' (tensor '", key, "')");
       const auto& b = blocks[fqn];
+      const std::string field = "dtr_shards." + fqn, in_file = "checkpoint: '" + path + "'";
+      const Shape global_shape = dcp::shape_from_json(b, "global_shape", field, in_file);
       const auto& e = f->entry(key);
       dcp::TensorMetadata& t = md.state_dict_metadata[key];
+      if (!t.chunks.empty()) {  // every file's block of a parameter gives its global shape: the same one
+        DTR_CHECK(t.size == global_shape, in_file, ": '", key, "' has global shape ", global_shape, ", ",
+                  t.chunks.front().storage, " says ", t.size);
+        DTR_CHECK(t.dtype == e.dtype, in_file, ": '", key, "' is ", dtype_name(e.dtype), ", ", t.chunks.front().storage,
+                  " holds it as ", dtype_name(t.dtype));
+      }
       t.dtype = e.dtype;
-      t.size = b["global_shape"].get<Shape>();
-      t.chunks.push_back({b["offset"].get<Shape>(), e.shape, name});
-      if (b.contains("step") && b["step"].get<int64_t>() > 0) {
-        int64_t& s = steps_["optim/step/" + fqn];
-        s = std::max(s, b["step"].get<int64_t>());
+      t.size = global_shape;
+      t.chunks.push_back({dcp::shape_from_json(b, "offset", field, in_file), e.shape, name});
+      dcp::check_chunk(key, t, t.chunks.back(), in_file);
+      if (b.contains("step")) {
+        DTR_CHECK(b["step"].is_number_integer(), in_file, ": field '", field, ".step' is not an integer, got ",
+                  b["step"].dump());
+        if (b["step"].get<int64_t>() > 0) {
+          int64_t& s = steps_["optim/step/" + fqn];
+          s = std::max(s, b["step"].get<int64_t>());
+        }
       }
     }
   }

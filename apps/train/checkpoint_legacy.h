@@ -24,7 +24,10 @@ class LegacyCheckpointReader : public dcp::StorageReader {
   std::string location() const override { return dir_; }
   /// Built from metadata.json ("files", "world_size", "extra") and every file's dtr_shards.
   /// Errors: a file missing, truncated or without dtr_shards, a tensor of a parameter that
-  /// dtr_shards does not list -> dtr::Error naming the file.
+  /// dtr_shards does not list, a mistyped dtr_shards field (offset, global_shape: lists of
+  /// non-negative integers; step: an integer), a chunk outside its global shape or of another
+  /// rank, files that disagree on a tensor's global shape or dtype -> one dtr::Error naming the
+  /// file and the field or tensor.
   dcp::Metadata read_metadata() override;
   Tensor read_chunk(const std::string& key, const dcp::TensorMetadata& t, const dcp::ChunkMetadata& c) override;
   /// read_metadata (it opens every file and reads its header).

@@ -20,10 +20,7 @@ json to_json(const Metadata& md) {
   return {{"world_size", md.world_size}, {"state_dict", sd}, {"extra", md.extra}};
 }
 
-namespace {
-
-/// A list of non-negative integers at j[field]; `path` names it in errors.
-Shape shape_field(const json& j, const char* field, const std::string& path, const std::string& where) {
+Shape shape_from_json(const json& j, const char* field, const std::string& path, const std::string& where) {
   DTR_CHECK(j.contains(field) && j[field].is_array(), where, ": field '", path, ".", field,
             "' is missing or not a list");
   Shape s;
@@ -35,7 +32,13 @@ Shape shape_field(const json& j, const char* field, const std::string& path, con
   return s;
 }
 
-}  // namespace
+void check_chunk(const std::string& key, const TensorMetadata& t, const ChunkMetadata& c, const std::string& where) {
+  DTR_CHECK(c.offsets.size() == t.size.size() && c.sizes.size() == t.size.size(), where, ": a chunk of '", key,
+            "' has offset ", c.offsets, " and shape ", c.sizes, " for global shape ", t.size);
+  for (size_t d = 0; d < t.size.size(); ++d)
+    DTR_CHECK(c.offsets[d] + c.sizes[d] <= t.size[d], where, ": a chunk of '", key, "' at offset ", c.offsets,
+              " of shape ", c.sizes, " lies outside the global shape ", t.size);
+}
 
 Metadata metadata_from_json(const json& j, const std::string& where) {
   DTR_CHECK(j.is_object(), where, ": expected a JSON object");
@@ -56,20 +59,16 @@ Metadata metadata_from_json(const json& j, const std::string& where) {
     } catch (const Error& err) {
       DTR_ERROR(where, ": field '", path, ".dtype': ", err.what());
     }
-    t.size = shape_field(e, "global_shape", path, where);
+    t.size = shape_from_json(e, "global_shape", path, where);
     if (e.contains("placements") && e["placements"].is_string()) t.placements = e["placements"].get<std::string>();
-    if (e.contains("mesh_shape")) t.mesh_shape = shape_field(e, "mesh_shape", path, where);
+    if (e.contains("mesh_shape")) t.mesh_shape = shape_from_json(e, "mesh_shape", path, where);
     DTR_CHECK(e.contains("chunks") && e["chunks"].is_array(), where, ": field '", path, ".chunks' is missing or not a list");
     for (const auto& c : e["chunks"]) {
       DTR_CHECK(c.is_object() && c.contains("storage") && c["storage"].is_string(), where, ": field '", path,
                 ".chunks[].storage' is missing");
-      ChunkMetadata ch{shape_field(c, "offset", path + ".chunks[]", where), shape_field(c, "shape", path + ".chunks[]", where),
-                       c["storage"].get<std::string>()};
-      DTR_CHECK(ch.offsets.size() == t.size.size() && ch.sizes.size() == t.size.size(), where, ": a chunk of '", key,
-                "' has offset ", ch.offsets, " and shape ", ch.sizes, " for global shape ", t.size);
-      for (size_t d = 0; d < t.size.size(); ++d)
-        DTR_CHECK(ch.offsets[d] + ch.sizes[d] <= t.size[d], where, ": a chunk of '", key, "' at offset ", ch.offsets,
-                  " of shape ", ch.sizes, " lies outside the global shape ", t.size);
+      ChunkMetadata ch{shape_from_json(c, "offset", path + ".chunks[]", where),
+                       shape_from_json(c, "shape", path + ".chunks[]", where), c["storage"].get<std::string>()};
+      check_chunk(key, t, ch, where);
       t.chunks.push_back(std::move(ch));
     }
     md.state_dict_metadata[key] = std::move(t);

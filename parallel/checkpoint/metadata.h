@@ -45,6 +45,16 @@ struct Metadata {
 /// ..., "offset": [...], "shape": [...]}]}}, "extra": {...}}. dtype names are dtype_name()'s.
 nlohmann::json to_json(const Metadata& md);
 
+/// The list of non-negative integers at j[field] (a global shape, a chunk's offsets or sizes);
+/// `path` names j in errors. Errors: "<where>: field '<path>.<field>' is missing or not a list"
+/// or "... must hold non-negative integers, got <value>".
+Shape shape_from_json(const nlohmann::json& j, const char* field, const std::string& path, const std::string& where);
+
+/// Checks that chunk `c` of `key` lies inside the global shape `t.size`: the same rank, and
+/// offsets + sizes <= size in every dim. Errors: one dtr::Error "<where>: a chunk of '<key>' ..."
+/// naming its offset, its shape and the global shape.
+void check_chunk(const std::string& key, const TensorMetadata& t, const ChunkMetadata& c, const std::string& where);
+
 /// Parses to_json's layout. Errors: a missing or mistyped field, a chunk whose offset / shape
 /// rank differs from the tensor's or that lies outside the global shape -> one dtr::Error
 /// "<where>: field '<path>' ..." naming the key.

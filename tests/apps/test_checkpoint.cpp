@@ -5,6 +5,7 @@
 #include <catch2/catch.hpp>
 
 #include <filesystem>
+#include <functional>
 #include <fstream>
 #include <unistd.h>
 
@@ -58,19 +59,21 @@ TEST_CASE("dtr-train checkpoints round-trip parameters and AdamW state", "[check
   fs::remove_all(root);
 }
 
-TEST_CASE("a checkpoint of the earlier dtr-train layout still loads", "[checkpoint]") {
-  const std::string root = temp_root("legacy"), dir = root + "/step_5";
+namespace {
+
+/// A checkpoint of the earlier layout in `dir`: two ranks of an FSDP Shard(0) run of w [4, 3]
+/// (rows 0-1 and 2-3, exp_avg = -w, exp_avg_sq = 1, step 5); shards(r) is rank r's dtr_shards,
+/// rank 1's parameter rows are stored as `rank1_dtype`.
+void write_legacy(const std::string& dir, const Tensor& g, const std::function<nlohmann::json(int)>& shards,
+                  DType rank1_dtype = DType::f32) {
   fs::create_directories(dir);
-  const Tensor g = reshape(arange(0, 12, 1, TensorOptions(DType::f32)), {4, 3});
-  // Two ranks of an FSDP Shard(0) run: rows 0-1 and 2-3, with exp_avg = -w and step 5.
   for (int r = 0; r < 2; ++r) {
-    Tensor rows = g.narrow(0, 2 * r, 2).contiguous(), m = mul(rows, -1.0).contiguous(), v = full({2, 3}, 1.0);
-    const nlohmann::json shards = {{"w", {{"offset", {2 * r, 0}}, {"global_shape", {4, 3}}, {"step", 5}}}};
+    Tensor rows = g.narrow(0, 2 * r, 2).contiguous().to(r == 1 ? rank1_dtype : DType::f32), m = mul(g.narrow(0, 2 * r, 2), -1.0).contiguous(), v = full({2, 3}, 1.0);
     safetensors::write_raw(dir + "/rank_" + std::to_string(r) + ".safetensors",
-                           {{"model/w", DType::f32, {2, 3}, rows.data_ptr(), rows.nbytes()},
+                           {{"model/w", rows.dtype(), {2, 3}, rows.data_ptr(), rows.nbytes()},
                             {"optim/exp_avg/w", DType::f32, {2, 3}, m.data_ptr(), m.nbytes()},
                             {"optim/exp_avg_sq/w", DType::f32, {2, 3}, v.data_ptr(), v.nbytes()}},
-                           {{"dtr_shards", shards.dump()}});
+                           {{"dtr_shards", shards(r).dump()}});
   }
   const nlohmann::json meta = {{"step", 5},
                                {"world_size", 2},
@@ -78,6 +81,16 @@ TEST_CASE("a checkpoint of the earlier dtr-train layout still loads", "[checkpoi
                                {"files", {"rank_0.safetensors", "rank_1.safetensors"}},
                                {"extra", train_extra(5)}};
   std::ofstream(dir + "/metadata.json") << meta.dump(1);
+}
+
+nlohmann::json good_shards(int r) { return {{"w", {{"offset", {2 * r, 0}}, {"global_shape", {4, 3}}, {"step", 5}}}}; }
+
+}  // namespace
+
+TEST_CASE("a checkpoint of the earlier dtr-train layout still loads", "[checkpoint]") {
+  const std::string root = temp_root("legacy"), dir = root + "/step_5";
+  const Tensor g = reshape(arange(0, 12, 1, TensorOptions(DType::f32)), {4, 3});
+  write_legacy(dir, g, good_shards);
   CHECK(train::checkpoint_problem(dir).empty());
   Tensor w = zeros({4, 3});
   optim::AdamW opt(std::vector<Tensor>{w});
@@ -89,5 +102,55 @@ TEST_CASE("a checkpoint of the earlier dtr-train layout still loads", "[checkpoi
   // A missing rank file is named.
   fs::remove(dir + "/rank_1.safetensors");
   CHECK(train::checkpoint_problem(dir) == "checkpoint: shard file '" + dir + "/rank_1.safetensors' listed in metadata.json is missing");
+  fs::remove_all(root);
+}
+
+TEST_CASE("a damaged checkpoint of the earlier layout is one line naming the file and the field", "[checkpoint]") {
+  const std::string root = temp_root("legacy_bad");
+  const Tensor g = reshape(arange(0, 12, 1, TensorOptions(DType::f32)), {4, 3});
+  // rank_1's dtr_shards entry of w changed by `edit`; the problem checkpoint_problem reports.
+  auto problem = [&](const std::string& tag, const std::function<void(nlohmann::json&)>& edit,
+                     DType rank1_dtype = DType::f32) {
+    const std::string dir = root + "/" + tag;
+    write_legacy(
+        dir, g,
+        [&](int r) {
+          nlohmann::json s = good_shards(r);
+          if (r == 1) edit(s["w"]);
+          return s;
+        },
+        rank1_dtype);
+    return train::checkpoint_problem(dir);
+  };
+  const std::string f1 = "checkpoint: '" + root + "/";
+  // Mistyped fields: not nlohmann's "[json.exception.type_error...]".
+  CHECK(problem("step_type", [](auto& b) { b["step"] = "five"; }) ==
+        f1 + "step_type/rank_1.safetensors': field 'dtr_shards.w.step' is not an integer, got \"five\"");
+  CHECK(problem("offset_type", [](auto& b) { b["offset"] = "zero"; }) ==
+        f1 + "offset_type/rank_1.safetensors': field 'dtr_shards.w.offset' is missing or not a list");
+  CHECK(problem("shape_entry", [](auto& b) { b["global_shape"] = {4, -3}; }) ==
+        f1 + "shape_entry/rank_1.safetensors': field 'dtr_shards.w.global_shape' must hold non-negative integers, got -3");
+  CHECK(problem("block_type", [](auto& b) { b = 7; }) ==
+        f1 + "block_type/rank_1.safetensors': dtr_shards has no block of 'w' (tensor 'model/w')");
+  // A chunk past the global shape, of another rank than the shape, or a shape other files disagree with.
+  CHECK(problem("past_shape", [](auto& b) { b["offset"] = {3, 0}; }) ==
+        f1 + "past_shape/rank_1.safetensors': a chunk of 'model/w' at offset [3, 0] of shape [2, 3] lies outside the "
+             "global shape [4, 3]");
+  CHECK(problem("offset_rank", [](auto& b) { b["offset"] = {2}; }) ==
+        f1 + "offset_rank/rank_1.safetensors': a chunk of 'model/w' has offset [2] and shape [2, 3] for global shape [4, 3]");
+  CHECK(problem("shape_differs", [](auto& b) { b["global_shape"] = {6, 3}; }) ==
+        f1 + "shape_differs/rank_1.safetensors': 'model/w' has global shape [6, 3], rank_0.safetensors says [4, 3]");
+  CHECK(problem("dtype_differs", [](auto&) {}, DType::f64) ==
+        f1 + "dtype_differs/rank_1.safetensors': 'model/w' is float64, rank_0.safetensors holds it as float32");
+  // load_checkpoint raises the same line (no wrong load).
+  Tensor w = zeros({4, 3});
+  optim::AdamW opt(std::vector<Tensor>{w});
+  try {
+    train::load_checkpoint(root + "/past_shape", {{"w", w}}, opt);
+    FAIL("load_checkpoint accepted a chunk past the global shape");
+  } catch (const Error& e) {
+    CHECK(std::string(e.what()).find("lies outside the global shape [4, 3]") != std::string::npos);
+  }
+  CHECK(w.to_vector<float>() == std::vector<float>(12, 0.0f));
   fs::remove_all(root);
 }
