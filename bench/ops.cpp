@@ -48,6 +48,13 @@ int bench_ops(int argc, char** argv) {
   Tensor st = silu(gt);  // the unfused backward reuses the saved silu output, as autograd does
   const OpDef* swiglu_bw = op_def("swiglu_backward");
   const OpDef* silu_bw = op_def("silu_backward");
+  const OpDef* rms_bw = op_def("rms_norm_backward");
+  const OpDef* rope_bw = op_def("rotary_embedding_backward");
+  const OpDef* ce_bw = op_def("cross_entropy_backward");
+  Tensor qv = randn({4, 256, 9, 64}).transpose(1, 2);
+  auto [rc, rs] = rope_tables(256, 64, 10000.0, 0, DType::f32);
+  Tensor one = ones({});
+  const size_t qb = static_cast<size_t>(qv.numel()) * 4;
   auto memcpy_gbs = [&](size_t bytes) {
     std::vector<char> src(bytes, 1), dst(bytes);
     const double t = median_seconds([&] { std::memcpy(dst.data(), src.data(), bytes); });
@@ -74,8 +81,13 @@ int bench_ops(int argc, char** argv) {
          Tensor dg = dispatch1(OpCall{silu_bw, {mul(gg, ut), gt}, {}});
        }},
       {"rms_norm [2048,576]", 2 * xb, [&] { Tensor c = rms_norm(xh, w, 1e-5); }},
+      {"rms_norm_backward", 3 * xb, [&] { auto d = dispatch(OpCall{rms_bw, {xh, xh, w}, {1e-5}}); }},
+      // q of the LoRA step: [B, T, H, D] = [4, 256, 9, 64] read as the [B, H, T, D] view.
+      {"rotary_embedding q view", 2 * qb, [&] { Tensor c = rotary_embedding(qv, rc, rs); }},
+      {"rotary_embedding_backward", 2 * qb, [&] { auto d = dispatch(OpCall{rope_bw, {qv, rc, rs}, {}}); }},
       {"softmax [2048,576]", 2 * xb, [&] { Tensor c = softmax(xh, -1); }},
       {"cross_entropy [512,8192]", lb, [&] { Tensor c = cross_entropy(logits, tgt); }},
+      {"cross_entropy_backward", 2 * lb, [&] { auto d = dispatch(OpCall{ce_bw, {one, logits, tgt}, {int64_t{-100}}}); }},
   };
   std::printf("fused kernels: GB/s (bytes read+written / time) vs memcpy of the same bytes\n");
   std::printf("  %-26s %10s %10s %8s\n", "kernel", "GB/s", "memcpy", "ratio");
@@ -88,6 +100,18 @@ int bench_ops(int argc, char** argv) {
   const double flops = 4.0 * 9 * 256 * 256 * 64 / 2;  // causal: half the scores
   const double t_sdpa = median_seconds([&] { Tensor o = scaled_dot_product_attention(q, k, v, true); });
   std::printf("  %-26s %10.2f GFLOP/s\n", "sdpa causal 9x256x64 GQA3", flops / t_sdpa * 1e-9);
+  {
+    // Backward (dq, dk, dv, dP: twice the forward's FLOPs) at the LoRA step's [4, 9, 256, 64].
+    Tensor q4 = randn({4, 9, 256, 64}), k4 = randn({4, 3, 256, 64}), v4 = randn({4, 3, 256, 64});
+    auto fo = dispatch(OpCall{op_def("sdpa"), {q4, k4, v4}, {true, 0.125}});
+    Tensor g4 = randn(fo[0].sizes());
+    const OpDef* sbw = op_def("sdpa_backward");
+    const double t4f = median_seconds([&] { auto o = dispatch(OpCall{op_def("sdpa"), {q4, k4, v4}, {true, 0.125}}); });
+    const double t4b = median_seconds([&] { auto d = dispatch(OpCall{sbw, {g4, q4, k4, v4, fo[0], fo[1]}, {true, 0.125}}); });
+    const double f4 = 4.0 * 4 * 9 * 256 * 257 / 2 * 64;
+    std::printf("  %-26s %10.2f GFLOP/s\n", "sdpa causal 4x9x256x64", f4 / t4f * 1e-9);
+    std::printf("  %-26s %10.2f GFLOP/s\n", "sdpa_backward 4x9x256x64", 2 * f4 / t4b * 1e-9);
+  }
   return 0;
 }
 

@@ -5,6 +5,7 @@
 #include <cmath>
 
 #include "gradcheck.h"
+#include "tensor/dispatch.h"
 #include "tensor/random.h"
 
 using namespace dtr;
@@ -60,4 +61,31 @@ TEST_CASE("rotary_embedding backward matches finite differences", "[rope][grad]"
   // general (non-table) cos/sin, broadcast [B, 1, T, D], all inputs require grad
   CHECK(gradcheck([](const std::vector<Tensor>& v) { return rotary_embedding(v[0], v[1], v[2]); },
                   {leaf({2, 3, 4, 4}), leaf({2, 1, 4, 4}), leaf({2, 1, 4, 4})}) == "");
+}
+
+TEST_CASE("rotary_embedding f32 kernel equals the rotate-half formula in f64", "[rope]") {
+  // The f32 fast path (unit-stride tables, odometer row offsets) on the layouts the model uses:
+  // q / k as [B, T, H, D] transposed to [B, H, T, D], tables [T, D] and [B, 1, T, D], and a
+  // table with a non-unit last stride (the general loop), rows not a multiple of the chunk.
+  manual_seed(21);
+  const int64_t B = 2, T = 37, H = 5, D = 12, h = D / 2;
+  auto rot = [h](const Tensor& u) { return cat({neg(narrow(u, -1, h, h)), narrow(u, -1, 0, h)}, -1); };
+  auto rot_t = [h](const Tensor& u) { return cat({narrow(u, -1, h, h), neg(narrow(u, -1, 0, h))}, -1); };
+  auto [c64, s64] = rope_tables(T, D, 10000.0, 3, DType::f64);
+  Tensor cb = uniform({B, 1, T, D}, -1, 1, TensorOptions(DType::f64)), sb = uniform({B, 1, T, D}, -1, 1, TensorOptions(DType::f64));
+  Tensor wide = uniform({T, 2 * D}, -1, 1, TensorOptions(DType::f64));
+  Tensor cw = narrow(wide.view({T, D, 2}), -1, 0, 1).view({T, D});  // last stride 2
+  std::vector<std::pair<Tensor, Tensor>> tables{{c64, s64}, {cb, sb}, {cw, s64}};
+  for (const auto& [c, s] : tables) {
+    Tensor x32 = uniform({B, T, H, D}, -2, 2).transpose(1, 2);
+    REQUIRE(!x32.is_contiguous());
+    const Tensor x = x32.to(DType::f64), c32 = c.to(DType::f32), s32 = s.to(DType::f32);
+    Tensor y = rotary_embedding(x32, c32, s32);
+    Tensor ref = add(mul(x, c), mul(rot(x), s));
+    CHECK(amax(abs(sub(y.to(DType::f64), ref))).item<double>() < 1e-5);
+    static const OpDef* bw = op_def("rotary_embedding_backward");
+    Tensor dx = dispatch1(OpCall{bw, {x32, c32, s32}, {}});
+    Tensor dref = add(mul(x, c), rot_t(mul(x, s)));
+    CHECK(amax(abs(sub(dx.to(DType::f64), dref))).item<double>() < 1e-5);
+  }
 }
