@@ -68,3 +68,30 @@ TEST_CASE("cross_entropy equals the composite log_softmax formula on a large inp
   b.backward();
   CHECK(dtr::testing::max_abs_diff(xa.grad(), xb.grad()) < 1e-14);
 }
+
+TEST_CASE("cross_entropy f32 backward equals (softmax - onehot) * g / count in f64", "[loss]") {
+  // The f32 kernel's one-exp path (exp(x - max) stored, scaled by g / (count * sum)): rows of
+  // 3001 logits (partial packets and a partial sum block), an ignored row, a large logit range.
+  manual_seed(14);
+  const int64_t N = 6, C = 3001;
+  Tensor x32 = mul(randn({N, C}), 6.0);
+  x32.narrow(0, 0, 1).narrow(1, C - 1, 1).fill_(200.0);  // row maxima in the tail packet and
+  x32.narrow(0, 1, 1).narrow(1, 1, 1).fill_(150.0);      // in the first: exp overflows if missed
+  const Tensor x = x32.to(DType::f64);
+  std::vector<int64_t> t{5, 3000, -100, 0, 1234, 17};
+  std::vector<double> onehot(static_cast<size_t>(N * C), 0.0);
+  for (int64_t i = 0; i < N; ++i)
+    if (t[i] >= 0) onehot[i * C + t[i]] = 1.0;
+  Tensor a = x32.clone().set_requires_grad(true);
+  mul(cross_entropy(a, from_vector<int64_t>(t, {N})), 2.0).backward();
+  Tensor valid = from_vector<double>({1, 1, 0, 1, 1, 1}, {N, 1});
+  Tensor ref = mul(mul(sub(softmax(x, 1), from_vector<double>(onehot, {N, C})), valid), 2.0 / 5.0);
+  CHECK(dtr::testing::max_abs_diff(a.grad().to(DType::f64), ref) < 1e-7);
+  Tensor lse = add(amax(x, {1}, true), log(sum(exp(sub(x, amax(x, {1}, true))), {1}, true)));
+  std::vector<double> pick;
+  for (int64_t i = 0; i < N; ++i)
+    if (t[i] >= 0) pick.push_back(lse.to_vector<double>()[i] - x.to_vector<double>()[i * C + t[i]]);
+  double want = 0;
+  for (double p : pick) want += p / 5.0;
+  CHECK(cross_entropy(x32, from_vector<int64_t>(t, {N})).item<double>() == Approx(want).epsilon(1e-6));
+}

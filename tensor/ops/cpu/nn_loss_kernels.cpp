@@ -2,6 +2,10 @@
 // cross_entropy_backward ((softmax - onehot) * g / count). Neither materialises more than its
 // output: the forward keeps one logsumexp per row in registers, the backward writes dlogits
 // directly. f32 rows use Eigen's vectorised exp (cpu/vec.h); f64 rows the scalar std::exp.
+// f32 rows take one pass over the logits (online softmax per block of cpu::vec::kSumBlock:
+// running max, f32 block sums added in f64); the backward stores each block's exp(x - running
+// max) and scales it by exp(shift - max) * g / (count * sum) while the row is in cache: one
+// read of the row and one exp per logit, not the forward's max + sum passes plus a second exp.
 #include <algorithm>
 #include <cmath>
 #include <limits>
@@ -43,12 +47,14 @@ T row_lse(const T* x, int64_t C) {
   return m + static_cast<T>(std::log(s));
 }
 
-/// f32: vectorised max and exp, f32 block sums added in f64 (cpu/vec.h).
+/// f32: one pass, online over blocks (cpu/vec.h online_sum_exp): vectorised max and exp, f32
+/// block sums added in f64.
 template <>
 float row_lse<float>(const float* x, int64_t C) {
-  const float m = cpu::vec::max(x, C);
+  float m;
+  const double z = cpu::vec::online_sum_exp(x, C, m);
   if (m == -std::numeric_limits<float>::infinity()) return m;
-  return m + static_cast<float>(std::log(cpu::vec::sum_exp(x, C, m)));
+  return m + static_cast<float>(std::log(z));
 }
 
 std::vector<Tensor> k_cross_entropy(const OpCall& c) {
@@ -89,18 +95,32 @@ std::vector<Tensor> k_cross_entropy_backward(const OpCall& c) {
     const T* px = static_cast<const T*>(x.data_ptr());
     T* po = static_cast<T*>(out.data_ptr());
     const T k = static_cast<T>(count == 0 ? 0.0 : g / static_cast<double>(count));
-#pragma omp parallel for schedule(static) if (N * C >= cpu::kParallelGrain)
+    std::vector<float> shifts;  // per block of a row (f32 path)
+#pragma omp parallel for schedule(static) firstprivate(shifts) if (N * C >= cpu::kParallelGrain)
     for (int64_t i = 0; i < N; ++i) {
+      if constexpr (std::is_same_v<T, float>) shifts.resize(static_cast<size_t>(C / cpu::vec::kSumBlock + 1));
       T* o = po + i * C;
       if (tg[i] == ignore) {
         std::fill(o, o + C, T(0));
         continue;
       }
       const T* row = px + i * C;
-      const T lse = row_lse(row, C);
       if constexpr (std::is_same_v<T, float>) {
-        cpu::vec::exp_shift(row, lse, k, o, C);
+        // One read of the row and one exp per logit: o = exp(x - running max) per block (online
+        // softmax), then each block scaled by exp(shift - max) * k / sum while the row is in cache.
+        float m;
+        const double z = cpu::vec::online_sum_exp(row, C, m, o, shifts.data());
+        if (m == -std::numeric_limits<float>::infinity()) {
+          std::fill(o, o + C, std::numeric_limits<float>::quiet_NaN());  // as exp(x - lse) with lse = -inf
+        } else {
+          for (int64_t b = 0, kb = 0; b < C; b += cpu::vec::kSumBlock, ++kb) {
+            const int64_t len = std::min(cpu::vec::kSumBlock, C - b);
+            const double f = std::exp(static_cast<double>(shifts[kb]) - static_cast<double>(m)) * static_cast<double>(k) / z;
+            cpu::vec::MapF(o + b, len) *= static_cast<float>(f);
+          }
+        }
       } else {
+        const T lse = row_lse(row, C);
         for (int64_t j = 0; j < C; ++j) o[j] = std::exp(row[j] - lse) * k;
       }
       o[tg[i]] -= k;

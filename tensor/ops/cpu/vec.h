@@ -43,11 +43,25 @@ inline Packet load_tail(const float* p, int64_t n, float pad) {
 }
 }  // namespace detail
 
-/// max over x[0, n); -inf for n == 0. NaNs are skipped like std::max(m, x) does.
+/// max over x[0, n); -inf for n == 0. NaNs are skipped like std::max(m, x) does: each lane keeps
+/// m < x ? x : m (a NaN x compares false), four packets wide so the compares pipeline.
 inline float max(const float* x, int64_t n) {
-  float m = -std::numeric_limits<float>::infinity();
-  if (n == 0) return m;
-  return std::max(m, CMapF(x, n).maxCoeff<Eigen::PropagateNumbers>());
+  using namespace Eigen::internal;
+  using detail::Packet;
+  constexpr int64_t L = detail::kLanes;
+  const float ninf = -std::numeric_limits<float>::infinity();
+  auto step = [](const Packet& m, const Packet& v) { return pselect(pcmp_lt(m, v), v, m); };
+  Packet m0 = pset1<Packet>(ninf), m1 = m0, m2 = m0, m3 = m0;
+  int64_t j = 0;
+  for (; j + 4 * L <= n; j += 4 * L) {
+    m0 = step(m0, ploadu<Packet>(x + j));
+    m1 = step(m1, ploadu<Packet>(x + j + L));
+    m2 = step(m2, ploadu<Packet>(x + j + 2 * L));
+    m3 = step(m3, ploadu<Packet>(x + j + 3 * L));
+  }
+  for (; j + L <= n; j += L) m0 = step(m0, ploadu<Packet>(x + j));
+  if (j < n) m1 = step(m1, detail::load_tail(x + j, n - j, ninf));
+  return predux_max(step(step(m0, m1), step(m2, m3)));  // the lanes hold no NaN
 }
 
 /// out[j] = exp(x[j] - shift) * scale for j in [0, n) (out may equal x).
@@ -65,21 +79,65 @@ inline void exp_shift(const float* x, float shift, float scale, float* out, int6
   }
 }
 
+namespace detail {
+/// sum_j exp(x[j] - shift) over one block (n <= kSumBlock) in f32; also stores the terms at
+/// `out` when it is not null.
+inline float block_sum_exp(const float* x, float shift, float* out, int64_t n) {
+  using namespace Eigen::internal;
+  constexpr int64_t L = kLanes;
+  const Packet ps = pset1<Packet>(shift);
+  Packet acc = pset1<Packet>(0.0f);
+  int64_t j = 0;
+  for (; j + L <= n; j += L) {
+    const Packet y = exp_packet(ploadu<Packet>(x + j), ps);
+    if (out) pstoreu(out + j, y);
+    acc = padd(acc, y);
+  }
+  if (j < n) {
+    const Packet y = exp_packet(load_tail(x + j, n - j, -std::numeric_limits<float>::infinity()), ps);
+    if (out) {
+      alignas(64) float buf[L];
+      pstore(buf, y);
+      std::copy(buf, buf + (n - j), out + j);
+    }
+    acc = padd(acc, y);
+  }
+  return predux(acc);
+}
+}  // namespace detail
+
+/// Online logsumexp in one pass over x (Milakov & Gimelshein 2018, per block of kSumBlock):
+/// returns z and sets m (the max, NaNs skipped as max() does) with sum_j exp(x[j] - m) = z. Each
+/// block is shifted by the running max (its f32 sum added in f64, earlier blocks rescaled by
+/// exp(m_old - m_new) in f64), so the row is read once where max + sum_exp read it twice.
+/// With `out` (may equal x) it also stores the block's terms exp(x[j] - shift[b]) and the shift
+/// of each block b in `shift` (n / kSumBlock rounded up entries): a caller scales block b by
+/// exp(shift[b] - m) / z for the softmax. n == 0 or all -inf: m = -inf, z = 0.
+inline double online_sum_exp(const float* x, int64_t n, float& m, float* out = nullptr, float* shift = nullptr) {
+  m = -std::numeric_limits<float>::infinity();
+  double z = 0;
+  for (int64_t b = 0, k = 0; b < n; b += kSumBlock, ++k) {
+    const int64_t len = std::min(kSumBlock, n - b);
+    const float bm = max(x + b, len);
+    if (bm > m) {
+      z *= std::exp(static_cast<double>(m) - static_cast<double>(bm));  // 0 while m is -inf
+      m = bm;
+    }
+    if (shift) shift[k] = m;
+    if (m == -std::numeric_limits<float>::infinity()) {  // nothing visible yet
+      if (out) std::fill(out + b, out + b + len, 0.0f);
+      continue;
+    }
+    z += static_cast<double>(detail::block_sum_exp(x + b, m, out ? out + b : nullptr, len));
+  }
+  return z;
+}
+
 /// sum_j exp(x[j] - shift) over [0, n) (same exp as exp_shift): f32 block sums added in f64.
 inline double sum_exp(const float* x, int64_t n, float shift) {
-  using namespace Eigen::internal;
-  using detail::Packet;
-  constexpr int64_t L = detail::kLanes;
-  const Packet ps = pset1<Packet>(shift);
   double total = 0;
-  for (int64_t b = 0; b < n; b += kSumBlock) {
-    const int64_t e = std::min(n, b + kSumBlock);
-    Packet acc = pset1<Packet>(0.0f);
-    int64_t j = b;
-    for (; j + L <= e; j += L) acc = padd(acc, detail::exp_packet(ploadu<Packet>(x + j), ps));
-    if (j < e) acc = padd(acc, detail::exp_packet(detail::load_tail(x + j, e - j, -std::numeric_limits<float>::infinity()), ps));
-    total += static_cast<double>(predux(acc));
-  }
+  for (int64_t b = 0; b < n; b += kSumBlock)
+    total += static_cast<double>(detail::block_sum_exp(x + b, shift, nullptr, std::min(kSumBlock, n - b)));
   return total;
 }
 
