@@ -2,7 +2,8 @@
 //   dtr-convert gguf-to-hf MODEL.gguf OUT_DIR
 //       Hugging Face directory: config.json, model.safetensors (f32, dequantised, llama.cpp's
 //       Q/K row permutation undone), tokenizer.json + tokenizer_config.json (with the chat
-//       template of the GGUF).
+//       template of the GGUF) for a byte-level BPE tokenizer; without one (none in the GGUF, a
+//       SentencePiece vocabulary) the model alone, and the closing line says why.
 //   dtr-convert hf-to-gguf HF_DIR OUT.gguf [--outtype f32|f16|bf16]
 //       GGUF file (llama architecture): llama.* hyper-parameters from config.json, the
 //       tokenizer (tokenizer.ggml.*, chat template) from tokenizer.json / tokenizer_config.json,
@@ -42,9 +43,9 @@ int main(int argc, char** argv) {
   try {
     dtr::check_process_environment();
     if (*g2h) {
-      const bool tok = dtr::convert_gguf_to_hf(in, out);
-      std::printf("dtr-convert: wrote %s (config.json, model.safetensors%s)\n", out.c_str(),
-                  tok ? ", tokenizer files" : "; no tokenizer files: SentencePiece vocabulary, load it from the GGUF");
+      const dtr::TokenizerFiles tok = dtr::convert_gguf_to_hf(in, out);
+      std::printf("dtr-convert: wrote %s (config.json, model.safetensors%s%s)\n", out.c_str(),
+                  tok.written ? ", tokenizer files" : "; no tokenizer files: ", tok.missing.c_str());
     } else if (*h2g) {
       dtr::convert_hf_to_gguf(in, out, dtr::parse_gguf_outtype(outtype));
       std::printf("dtr-convert: wrote %s (%s)\n", out.c_str(), outtype.c_str());

@@ -25,9 +25,9 @@ std::string peft_base_model(const Recipe& r, std::vector<std::string>& lines) {
   // (f32, as dtr-convert gguf-to-hf), written once.
   const fs::path dir = fs::absolute(fs::path(r.checkpoint.checkpoint_dir) / "base_model");
   if (!fs::exists(dir / "config.json")) {
-    const bool tok = convert_gguf_to_hf(r.model.path, dir.string());
+    const TokenizerFiles tok = convert_gguf_to_hf(r.model.path, dir.string());
     lines.push_back("base model for PEFT (HF export of " + r.model.path + "): " + dir.string() +
-                    (tok ? "" : " (no tokenizer files: SentencePiece vocabulary, load it from the GGUF)"));
+                    (tok.written ? "" : " (no tokenizer files: " + tok.missing + ")"));
   }
   return dir.string();
 }

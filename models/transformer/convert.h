@@ -9,12 +9,21 @@
 
 namespace dtr {
 
+/// What a conversion did with the base model's tokenizer: written (tokenizer files in the output
+/// directory) or not, and then `missing` says why in one clause (for the tool's note), e.g. "the
+/// GGUF holds no tokenizer (no tokenizer.ggml.tokens)".
+struct TokenizerFiles {
+  bool written = false;
+  std::string missing;
+};
+
 /// GGUF file -> Hugging Face directory: config.json, model.safetensors (f32; dequantised, Q/K
 /// permutation undone), tokenizer.json + tokenizer_config.json (with the GGUF's chat template) for a
-/// byte-level BPE tokenizer (save_base_tokenizer). Returns whether tokenizer files were written
-/// (false for a SentencePiece GGUF such as Gemma's: no tokenizer.json writer for it yet).
+/// byte-level BPE tokenizer (save_base_tokenizer). Without one (no tokenizer in the GGUF, or a
+/// SentencePiece vocabulary such as Gemma's: no tokenizer.json writer for it yet) the model is
+/// written without tokenizer files and the result says why.
 /// Errors: whatever reading the GGUF or writing the files raises (naming file and key).
-bool convert_gguf_to_hf(const std::string& gguf_path, const std::string& out_dir);
+TokenizerFiles convert_gguf_to_hf(const std::string& gguf_path, const std::string& out_dir);
 
 /// Float type of the 2-D weights written by convert_hf_to_gguf (1-D tensors stay F32).
 enum class GGUFOutType { f32, f16, bf16 };
@@ -48,10 +57,11 @@ void add_gguf_model_tensors(gguf::GGUFWriter& w, const ModelConfig& c, safetenso
 
 /// The tokenizer files of a base model into `out_dir`: from a GGUF with a byte-level BPE
 /// tokenizer (tokenizer.ggml.model gpt2), tokenizer.json + tokenizer_config.json (with its chat
-/// template); a SentencePiece GGUF writes none (returns false); from an HF
-/// directory, a copy of its tokenizer.json, tokenizer_config.json, special_tokens_map.json and
-/// chat_template.jinja (those present). Returns false when the base has no tokenizer.
-bool save_base_tokenizer(const std::string& base, const std::string& out_dir);
+/// template); a GGUF without tokenizer.ggml.tokens, or with another tokenizer.ggml.model
+/// (SentencePiece "llama", ...), writes none; from an HF directory, a copy of its tokenizer.json,
+/// tokenizer_config.json, special_tokens_map.json and chat_template.jinja (those present).
+/// Returns what was written and, when nothing, why.
+TokenizerFiles save_base_tokenizer(const std::string& base, const std::string& out_dir);
 
 /// Base model (GGUF file or HF directory) + PEFT LoRA adapter -> merged HF directory, with the
 /// base's tokenizer files (save_base_tokenizer), so the output loads in transformers with its

@@ -6,6 +6,7 @@
 #   dtr_adapter.json keeps the model path dtr trained on; with /work/.venv-ref (or $DTR_BENCH_VENV)
 #   present, peft's AutoPeftModelForCausalLM.from_pretrained(adapter) loads it;
 # - merge-adapter writes the tokenizer files next to the merged weights;
+# - gguf-to-hf of a GGUF without a tokenizer writes the model and says the tokenizer is missing;
 # - dtr-generate takes its tokenizer from an HF directory and prints its defaults in --help.
 set -uo pipefail
 TRAIN="$1"; CONVERT="$2"; GENERATE="$3"
@@ -36,6 +37,12 @@ for f in config.json model.safetensors tokenizer.json tokenizer_config.json; do
   [ -f $d/merged/$f ] || fail "merge-adapter output lacks $f"
 done
 echo "ok merge-adapter wrote the tokenizer files"
+# gguf-to-hf of a GGUF without a tokenizer: the model alone, and the closing line says so.
+line=$("$CONVERT" gguf-to-hf tests/golden/qwen3_moe_gguf/qwen3_moe_debug.gguf $d/notok) || fail "gguf-to-hf without a tokenizer"
+grep -qF "no tokenizer files: the GGUF holds no tokenizer (no tokenizer.ggml.tokens)" <<<"$line" ||
+  fail "gguf-to-hf without a tokenizer printed: $line"
+[ -f $d/notok/model.safetensors ] && [ ! -f $d/notok/tokenizer.json ] || fail "gguf-to-hf without a tokenizer: wrong files"
+echo "ok gguf-to-hf without a tokenizer: $line"
 out=$("$GENERATE" --model $d/merged --prompt "Who created Perl?" --max-new-tokens 3 2>&1) ||
   { echo "$out"; fail "dtr-generate with the tokenizer of an HF directory"; }
 echo "ok dtr-generate --model <HF dir> (tokenizer from tokenizer.json): '$out'"

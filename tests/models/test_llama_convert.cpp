@@ -81,7 +81,30 @@ TEST_CASE("save_base_tokenizer: a SentencePiece GGUF (Gemma's) writes no tokeniz
   w.add("tokenizer.ggml.tokens", gguf::make_string_array({"<pad>", "<eos>", "<bos>", "\xe2\x96\x81a"}));
   w.add("tokenizer.ggml.scores", gguf::make_f32_array({0, 0, 0, -1}));
   w.write((tmp / "sp.gguf").string());
-  CHECK_FALSE(save_base_tokenizer((tmp / "sp.gguf").string(), (tmp / "out").string()));
+  const TokenizerFiles sp = save_base_tokenizer((tmp / "sp.gguf").string(), (tmp / "out").string());
+  CHECK_FALSE(sp.written);
+  CHECK(sp.missing.rfind("SentencePiece vocabulary (tokenizer.ggml.model 'llama')", 0) == 0);
   CHECK_FALSE(fs::exists(tmp / "out" / "tokenizer.json"));
+  fs::remove_all(tmp);
+}
+
+TEST_CASE("gguf-to-hf: a GGUF without a tokenizer writes the model and says the tokenizer is missing", "[convert]") {
+  // Before: "no tokenizer files: SentencePiece vocabulary" for any GGUF without a byte-level BPE
+  // tokenizer, one with no tokenizer at all included.
+  const fs::path tmp = fs::temp_directory_path() / ("dtr_convert_notok_" + std::to_string(::getpid()));
+  fs::remove_all(tmp);
+  const TokenizerFiles t = convert_gguf_to_hf("tests/golden/qwen3_moe_gguf/qwen3_moe_debug.gguf", tmp.string());
+  CHECK_FALSE(t.written);
+  CHECK(t.missing == "the GGUF holds no tokenizer (no tokenizer.ggml.tokens)");
+  CHECK(fs::exists(tmp / "config.json"));
+  CHECK(fs::exists(tmp / "model.safetensors"));
+  CHECK_FALSE(fs::exists(tmp / "tokenizer.json"));
+  // A tokenizer of another kind is named by its tokenizer.ggml.model.
+  gguf::GGUFWriter w;
+  w.add_string("tokenizer.ggml.model", "bert");
+  w.add("tokenizer.ggml.tokens", gguf::make_string_array({"[PAD]", "a"}));
+  w.write((tmp / "wp.gguf").string());
+  CHECK(save_base_tokenizer((tmp / "wp.gguf").string(), (tmp / "wp").string()).missing ==
+        "tokenizer.ggml.model 'bert': dtr writes tokenizer.json for byte-level BPE ('gpt2') only");
   fs::remove_all(tmp);
 }
