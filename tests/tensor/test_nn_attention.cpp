@@ -86,6 +86,34 @@ TEST_CASE("sdpa matches the naive reference", "[attention]") {
   }
 }
 
+TEST_CASE("sdpa f32 kernels (dtr's GEMM per block) match the f64 naive reference", "[attention]") {
+  // The f32 path runs its block products through cpu::gemm (f64 through Eigen): q / k / v as
+  // [B, T, H, D] views transposed to [B, H, T, D] (the model's layout: row stride H * D), GQA,
+  // partial query and key blocks, causal / full / sliding window.
+  manual_seed(31);
+  struct Case { int64_t B, Hq, Hkv, T, S, D; bool causal; int64_t window; };
+  for (const Case& c : {Case{2, 6, 2, 70, 70, 16, true, 0}, Case{1, 4, 4, 130, 130, 8, false, 0},
+                        Case{1, 3, 1, 100, 150, 12, true, 0}, Case{1, 2, 1, 90, 90, 8, true, 40}}) {
+    INFO("T=" << c.T << " S=" << c.S << " causal=" << c.causal << " window=" << c.window);
+    auto view32 = [](int64_t B, int64_t H, int64_t L, int64_t D) { return randn({B, L, H, D}).transpose(1, 2); };
+    Tensor q = view32(c.B, c.Hq, c.T, c.D).detach(), k = view32(c.B, c.Hkv, c.S, c.D).detach();
+    Tensor v = view32(c.B, c.Hkv, c.S, c.D).detach();
+    REQUIRE(!q.is_contiguous());
+    q.set_requires_grad(true), k.set_requires_grad(true), v.set_requires_grad(true);
+    Tensor w = randn({c.B, c.Hq, c.T, c.D});
+    Tensor out = scaled_dot_product_attention(q, k, v, c.causal, std::nullopt, c.window);
+    sum(mul(out, w)).backward();
+    Tensor q64 = q.detach().to(DType::f64).set_requires_grad(true), k64 = k.detach().to(DType::f64).set_requires_grad(true);
+    Tensor v64 = v.detach().to(DType::f64).set_requires_grad(true);
+    Tensor ref = naive_attention(q64, k64, v64, c.causal, c.window);
+    sum(mul(ref, w.to(DType::f64))).backward();
+    CHECK(max_abs_diff(out.to(DType::f64), ref) < 2e-5);
+    CHECK(max_abs_diff(q.grad().to(DType::f64), q64.grad()) < 1e-4);
+    CHECK(max_abs_diff(k.grad().to(DType::f64), k64.grad()) < 1e-4);
+    CHECK(max_abs_diff(v.grad().to(DType::f64), v64.grad()) < 1e-4);
+  }
+}
+
 TEST_CASE("sdpa with a sliding window matches the masked reference", "[attention]") {
   manual_seed(29);
   // Windows shorter and longer than a key block (128) and a query block (64), S > T (KV cache),

@@ -20,6 +20,7 @@
 
 #include "tensor/dispatch.h"
 #include "tensor/ops.h"
+#include "tensor/ops/cpu/gemm.h"
 #include "tensor/ops/cpu/loops.h"
 #include "tensor/ops/cpu/vec.h"
 
@@ -35,6 +36,15 @@ template <class T>
 using CMap = Eigen::Map<const Mat<T>, 0, Eigen::OuterStride<>>;
 template <class T>
 using MMap = Eigen::Map<Mat<T>, 0, Eigen::OuterStride<>>;
+
+/// C[m, n] (+)= A[m, k] B[k, n] with element strides (rows, columns) of A and B; C contiguous
+/// with row stride n. f32 through dtr's GEMM (cpu/gemm.h: serial inside the work items' parallel
+/// loop), f64 through Eigen.
+template <class T>
+void block_mm(int64_t m, int64_t n, int64_t k, const T* A, int64_t a_rs, int64_t a_cs, const T* B, int64_t b_rs,
+              int64_t b_cs, T* C, bool acc) {
+  cpu::gemm<T>(m, n, k, A, a_rs, a_cs, B, b_rs, b_cs, C, acc);
+}
 
 /// A local tensor whose last dim has stride 1 (copied when not), in compute dtype `dt`.
 Tensor prepared(const Tensor& t, DType dt) {
@@ -138,6 +148,7 @@ void sdpa_forward(const Tensor& q, const Tensor& k, const Tensor& v, Tensor& out
     const int64_t i0 = qb * kBlockQ, i1 = std::min(T_, i0 + kBlockQ), n = i1 - i0;
     CMap<T> qm(Q.at(b, h, i0), n, D, Eigen::OuterStride<>(Q.sl));
     Mat<T> acc = Mat<T>::Zero(n, Dv);
+    const Mat<T> qs = qm * sc;  // the block's queries, scaled once
     Eigen::Matrix<T, Eigen::Dynamic, 1> m = Eigen::Matrix<T, Eigen::Dynamic, 1>::Constant(n, ninf);
     Eigen::Matrix<T, Eigen::Dynamic, 1> l = Eigen::Matrix<T, Eigen::Dynamic, 1>::Zero(n);
     Mat<T> s;
@@ -148,7 +159,8 @@ void sdpa_forward(const Tensor& q, const Tensor& k, const Tensor& v, Tensor& out
       if (bm == BlockMask::all) continue;
       CMap<T> km(K.at(b, hk, j0), nb, D, Eigen::OuterStride<>(K.sl));
       CMap<T> vm(V.at(b, hk, j0), nb, Dv, Eigen::OuterStride<>(V.sl));
-      s.noalias() = (qm * km.transpose()) * sc;
+      s.resize(n, nb);
+      block_mm<T>(n, nb, D, qs.data(), D, 1, km.data(), 1, K.sl, s.data(), false);  // (q * scale) k^T
       if (bm == BlockMask::partial) apply_mask(s, mk, b, i0, j0);
       for (int64_t r = 0; r < n; ++r) {
         const T mnew = std::max(m(r), s.row(r).maxCoeff());
@@ -172,7 +184,7 @@ void sdpa_forward(const Tensor& q, const Tensor& k, const Tensor& v, Tensor& out
         acc.row(r) *= alpha;
         m(r) = mnew;
       }
-      acc.noalias() += s * vm;
+      block_mm<T>(n, Dv, nb, s.data(), nb, 1, vm.data(), V.sl, 1, acc.data(), true);
     }
     for (int64_t r = 0; r < n; ++r) {
       const int64_t row = ((b * Hq + h) * T_ + i0 + r);
@@ -249,6 +261,7 @@ void sdpa_backward(const Tensor& g, const Tensor& q, const Tensor& k, const Tens
         CMap<T> qm(Q.at(b, h, i0), n, D, Eigen::OuterStride<>(Q.sl));
         CMap<T> gm(G.at(b, h, i0), n, Dv, Eigen::OuterStride<>(G.sl));
         CMap<T> om(O.at(b, h, i0), n, Dv, Eigen::OuterStride<>(O.sl));
+        const Mat<T> qs = qm * sc;  // the block's queries, scaled once
         lrow.resize(n);
         for (int64_t r = 0; r < n; ++r) lrow(r) = pl[b * lsb + h * lsh + (i0 + r) * lst];
         di = (gm.cwiseProduct(om)).rowwise().sum();
@@ -260,7 +273,8 @@ void sdpa_backward(const Tensor& g, const Tensor& q, const Tensor& k, const Tens
           if (bm == BlockMask::all) continue;
           CMap<T> km(K.at(b, hk, j0), nb, D, Eigen::OuterStride<>(K.sl));
           CMap<T> vm(V.at(b, hk, j0), nb, Dv, Eigen::OuterStride<>(V.sl));
-          s.noalias() = (qm * km.transpose()) * sc;
+          s.resize(n, nb);
+          block_mm<T>(n, nb, D, qs.data(), D, 1, km.data(), 1, K.sl, s.data(), false);  // (q * scale) k^T
           if (bm == BlockMask::partial) apply_mask(s, mk, b, i0, j0);
           for (int64_t r = 0; r < n; ++r) {  // P = exp(s - lse); masked and key-less rows -> 0
             if (lrow(r) == ninf) {
@@ -273,12 +287,13 @@ void sdpa_backward(const Tensor& g, const Tensor& q, const Tensor& k, const Tens
               for (int64_t cidx = 0; cidx < nb; ++cidx) s(r, cidx) = std::exp(s(r, cidx) - lrow(r));
             }
           }
-          dV.middleRows(j0, nb).noalias() += s.transpose() * gm;
-          dp.noalias() = gm * vm.transpose();
+          block_mm<T>(nb, Dv, n, s.data(), 1, nb, gm.data(), G.sl, 1, dV.data() + j0 * Dv, true);  // P^T g
+          dp.resize(n, nb);
+          block_mm<T>(n, nb, Dv, gm.data(), G.sl, 1, vm.data(), 1, V.sl, dp.data(), false);  // g v^T
           dp.array().colwise() -= di.array();
-          s.array() *= dp.array();  // s now holds dS
-          dqb.noalias() += (s * km) * sc;
-          dK.middleRows(j0, nb).noalias() += (s.transpose() * qm) * sc;
+          s.array() *= dp.array() * sc;  // s now holds dS * scale
+          block_mm<T>(n, D, nb, s.data(), nb, 1, km.data(), K.sl, 1, dqb.data(), true);
+          block_mm<T>(nb, D, n, s.data(), 1, nb, qm.data(), Q.sl, 1, dK.data() + j0 * D, true);
         }
         MMap<T> dQ(pdq + ((b * Hq + h) * T_ + i0) * D, n, D, Eigen::OuterStride<>(D));
         dQ = dqb;
