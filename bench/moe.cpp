@@ -80,7 +80,11 @@ int bench_moe(int argc, char** argv) {
     for (auto& p : moe->parameters()) p.set_grad(Tensor());
     x.set_grad(Tensor());
   };
+  const double cpu0 = cpu_seconds();
   const double step_s = median_seconds(step, cfg.steps, 1, cfg.warmup);
+  // CPU time per step (warm-up included): with --threads 1 it measures the work, which a shared
+  // machine's time slicing does not inflate as it does the wall time.
+  const double cpu_step_s = (cpu_seconds() - cpu0) / (cfg.steps + cfg.warmup);
   const Shape counts = moe->last_router_stats().tokens_per_expert;
 
   // The grouped experts alone on tokens already sorted by expert (the GEMM share of the step).
@@ -118,9 +122,9 @@ int bench_moe(int argc, char** argv) {
   if (cfg.profile) print_moe_profile(*moe, step, cfg.steps, step_s, peak);
   std::printf("{\"impl\": \"dtr\", \"threads\": %d, \"tokens\": %lld, \"step_ms_median\": %.4f, \"tokens_per_s\": %.2f, "
               "\"expert_gemm_gflop_per_step\": %.4f, \"expert_gemm_gflops\": %.3f, \"experts_ms_median\": %.4f, "
-              "\"experts_gflops\": %.3f, \"sgemm_peak_gflops\": %.3f, \"ceiling_ms\": %.4f, \"tokens_per_expert\": [",
+              "\"experts_gflops\": %.3f, \"sgemm_peak_gflops\": %.3f, \"ceiling_ms\": %.4f, \"cpu_ms_per_step\": %.4f, \"tokens_per_expert\": [",
               threads, static_cast<long long>(cfg.tokens), step_s * 1e3, cfg.tokens / step_s, gflop, gflop / step_s,
-              experts_s * 1e3, gflop / experts_s, peak, ceiling_s * 1e3);
+              experts_s * 1e3, gflop / experts_s, peak, ceiling_s * 1e3, cpu_step_s * 1e3);
   for (size_t e = 0; e < counts.size(); ++e) std::printf("%s%lld", e ? ", " : "", static_cast<long long>(counts[e]));
   std::printf("]}\n");
   return 0;

@@ -70,14 +70,6 @@ double peak_rss_mib() {
   return static_cast<double>(u.ru_maxrss) / 1024.0;
 }
 
-/// User + system CPU seconds of this process so far (all threads).
-double cpu_seconds() {
-  rusage u{};
-  getrusage(RUSAGE_SELF, &u);
-  return static_cast<double>(u.ru_utime.tv_sec + u.ru_stime.tv_sec) +
-         1e-6 * static_cast<double>(u.ru_utime.tv_usec + u.ru_stime.tv_usec);
-}
-
 /// Coarse family of an op name for the per-family table.
 std::string op_family(const std::string& n) {
   auto has = [&](const char* s) { return n.find(s) != std::string::npos; };

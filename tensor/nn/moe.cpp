@@ -8,6 +8,7 @@
 #include "tensor/autograd/checkpoint.h"
 #include "tensor/autograd/grad_mode.h"
 #include "tensor/ops.h"
+#include "tensor/ops/moe_permute.h"
 #include "tensor/ops/nn_swiglu.h"
 
 namespace dtr::nn {
@@ -227,11 +228,11 @@ Tensor MoE::forward(const Tensor& x) {
   if (w.dtype() != x.dtype()) w = w.to(x.dtype());
 
   // Token copies sorted by expert -> experts -> back to (token, slot) order, weighted sum.
-  const Tensor xs = embedding(index_tensor(r.sorted_token, x.device()), x2);
+  const Tensor slot_position = index_tensor(r.slot_position, x.device());
+  const Tensor xs = moe_permute(x2, index_tensor(r.sorted_token, x.device()), slot_position, k);
   const Tensor counts = from_vector<int64_t>(r.counts, {E});
   const Tensor ys = experts()->call_list({xs, counts}).at(0);
-  const Tensor y_slots = reshape(embedding(index_tensor(r.slot_position, x.device()), ys), {N, k, H});
-  Tensor out = sum(mul(y_slots, unsqueeze(w, 2)), {1});
+  Tensor out = moe_unpermute(ys, slot_position, w);
 
   if (has_module("shared_expert")) {
     Tensor s = get_submodule("shared_expert")->call(x2);

@@ -10,8 +10,9 @@
 //   logits = x Wr^T [N, E]; scores = softmax(logits) or sigmoid(logits) (computed in f32 for
 //   bf16 / f16 inputs); top-k experts per token (ties: lower index first); weights = the top-k
 //   scores, renormalised to sum 1 when norm_topk_prob; token copies sorted by expert (stable, so
-//   by token within an expert); experts as two grouped_mm with SwiGLU between; outputs scattered
-//   back and summed with the weights; + shared expert (times sigmoid(shared_expert_gate(x))).
+//   by token within an expert: moe_permute); experts as two grouped_mm with SwiGLU between;
+//   each token's k outputs gathered back and summed with its weights (moe_unpermute, one op);
+//   + shared expert (times sigmoid(shared_expert_gate(x))).
 // Routing (top-k, sort, counts) runs on the host: the token counts per expert are needed there
 // anyway (grouped_mm sizes, all-to-all splits); a CUDA input pays one copy of the scores.
 // Expert parallelism plugs in through a TokenDispatcher (parallel/ provides one that moves tokens

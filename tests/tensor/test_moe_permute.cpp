@@ -1,0 +1,90 @@
+// moe_permute / moe_unpermute (tensor/ops/moe_permute.h) in f64 against the composition they
+// replace (embedding gather, broadcast mul, sum over k; embedding_backward's scatter-add), with
+// gradients by finite differences; f32 equal to the composition within rounding; a routing
+// where one expert takes most copies and others none; bad slot positions.
+#include <catch2/catch.hpp>
+
+#include "gradcheck.h"
+#include "tensor/ops.h"
+#include "tensor/ops/moe_permute.h"
+#include "tensor/random.h"
+
+using namespace dtr;
+using dtr::testing::gradcheck;
+using dtr::testing::max_abs_diff;
+
+namespace {
+
+/// A routing of N tokens to k of E experts (expert of slot s = e_of(s)), sorted stably by expert.
+struct Perm {
+  Tensor sorted_token, slot_position;
+};
+Perm make_perm(int64_t N, int64_t k, int64_t E, const std::function<int64_t(int64_t)>& e_of) {
+  std::vector<int64_t> counts(E, 0), next(E, 0), sorted(N * k), pos(N * k);
+  for (int64_t s = 0; s < N * k; ++s) ++counts[e_of(s)];
+  for (int64_t e = 1; e < E; ++e) next[e] = next[e - 1] + counts[e - 1];
+  for (int64_t s = 0; s < N * k; ++s) {
+    const int64_t p = next[e_of(s)]++;
+    sorted[p] = s / k;
+    pos[s] = p;
+  }
+  return {from_vector<int64_t>(sorted, {N * k}), from_vector<int64_t>(pos, {N * k})};
+}
+
+/// The composition moe_unpermute replaces.
+Tensor unpermute_ref(const Tensor& ys, const Tensor& pos, const Tensor& probs) {
+  const int64_t N = probs.size(0), k = probs.size(1), H = ys.size(1);
+  return sum(mul(reshape(embedding(pos, ys), {N, k, H}), unsqueeze(probs, 2)), {1});
+}
+
+}  // namespace
+
+TEST_CASE("moe_permute / moe_unpermute equal the gather + mul + sum composition (f64, gradients)", "[moe]") {
+  const int64_t N = 7, k = 3, E = 5, H = 6;
+  // Skewed: expert 1 takes most copies, expert 3 none.
+  const Perm p = make_perm(N, k, E, [](int64_t s) { return s % 4 == 3 ? (s % 5 == 3 ? 1 : 4) : (s % 4 == 0 ? 1 : s % 4 == 1 ? 0 : 2); });
+  Tensor x = uniform({N, H}, -1, 1, TensorOptions(DType::f64)).set_requires_grad(true);
+  Tensor ys = uniform({N * k, H}, -1, 1, TensorOptions(DType::f64)).set_requires_grad(true);
+  Tensor probs = uniform({N, k}, 0, 1, TensorOptions(DType::f64)).set_requires_grad(true);
+
+  CHECK(max_abs_diff(moe_permute(x, p.sorted_token, p.slot_position, k), embedding(p.sorted_token, x)) == 0);
+  CHECK(max_abs_diff(moe_unpermute(ys, p.slot_position, probs), unpermute_ref(ys, p.slot_position, probs)) < 1e-15);
+
+  // Gradients against the composition's and by finite differences.
+  const Tensor w = uniform({N * k, H}, -1, 1, TensorOptions(DType::f64));
+  sum(mul(moe_permute(x, p.sorted_token, p.slot_position, k), w)).backward();
+  const Tensor gx = x.grad();
+  x.set_grad(Tensor());
+  sum(mul(embedding(p.sorted_token, x), w)).backward();
+  CHECK(max_abs_diff(gx, x.grad()) < 1e-15);
+  const Tensor w2 = uniform({N, H}, -1, 1, TensorOptions(DType::f64));
+  sum(mul(moe_unpermute(ys, p.slot_position, probs), w2)).backward();
+  const Tensor gys = ys.grad(), gp = probs.grad();
+  ys.set_grad(Tensor());
+  probs.set_grad(Tensor());
+  sum(mul(unpermute_ref(ys, p.slot_position, probs), w2)).backward();
+  CHECK(max_abs_diff(gys, ys.grad()) < 1e-15);
+  CHECK(max_abs_diff(gp, probs.grad()) < 1e-14);
+
+  CHECK(gradcheck([&](const std::vector<Tensor>& in) { return moe_permute(in[0], p.sorted_token, p.slot_position, k); },
+                  {x.detach().set_requires_grad(true)}) == "");
+  CHECK(gradcheck([&](const std::vector<Tensor>& in) { return moe_unpermute(in[0], p.slot_position, in[1]); },
+                  {ys.detach().set_requires_grad(true), probs.detach().set_requires_grad(true)}) == "");
+}
+
+TEST_CASE("moe_unpermute in f32 on a layer-sized routing equals the composition within rounding", "[moe]") {
+  const int64_t N = 300, k = 4, E = 16, H = 64;  // above the parallel grain: OpenMP over tokens
+  const Perm p = make_perm(N, k, E, [](int64_t s) { return (s * 7 + s / 4) % 16; });
+  const Tensor ys = randn({N * k, H}), probs = uniform({N, k}, 0, 1);
+  CHECK(max_abs_diff(moe_unpermute(ys, p.slot_position, probs), unpermute_ref(ys, p.slot_position, probs)) < 1e-5);
+}
+
+TEST_CASE("moe_permute / moe_unpermute reject bad slot positions", "[moe]") {
+  const Tensor ys = randn({4, 3}), probs = uniform({2, 2}, 0, 1);
+  CHECK_THROWS_WITH(moe_unpermute(ys, from_vector<int64_t>({0, 1, 1, 3}, {4}), probs),
+                    Catch::Contains("expected a permutation"));
+  CHECK_THROWS_WITH(moe_unpermute(ys, from_vector<int64_t>({0, 1, 2, 4}, {4}), probs), Catch::Contains("out of range"));
+  CHECK_THROWS_WITH(moe_unpermute(ys, from_vector<int64_t>({0, 1, 2}, {3}), probs), Catch::Contains("slot_position"));
+  CHECK_THROWS_WITH(moe_permute(randn({2, 3}), from_vector<int64_t>({0, 1}, {2}), from_vector<int64_t>({0, 1}, {2}), 2),
+                    Catch::Contains("sorted_token"));
+}
