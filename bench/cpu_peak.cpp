@@ -5,6 +5,7 @@
 #include <omp.h>
 
 #include <algorithm>
+#include <cctype>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
@@ -51,17 +52,18 @@ CpuInfo read_cpuinfo() {
 }
 
 /// Documented FMA units per core of a few server microarchitectures (Intel's optimisation
-/// manual: two 512-bit FMA ports, p0+p1 fused and p5, on Skylake-SP Gold/Platinum and later Xeon
-/// Scalable; AMD's software optimisation guides: Zen 2-4 two 256-bit FMA pipes, AVX-512 on Zen 4
-/// issued as two 256-bit halves, i.e. one zmm FMA per cycle).
+/// manual: two 512-bit FMA ports, p0+p1 fused and p5, on Xeon Scalable; on Skylake-SP / Cascade
+/// Lake only some SKUs have the p5 unit: ARK's "# of AVX-512 FMA Units", sku_zmm_units below;
+/// AMD's software optimisation guides: Zen 2-4 two 256-bit FMA pipes, AVX-512 on Zen 4 issued as
+/// two 256-bit halves, i.e. one zmm FMA per cycle).
 struct Uarch {
   const char* vendor;
   int family, model;  // model -1: any
   const char* name;
-  int zmm_units, ymm_units;  // FMA instructions per cycle of each width
+  int zmm_units, ymm_units;  // FMA instructions per cycle of each width; zmm -1: by SKU
 };
 constexpr Uarch kUarchs[] = {
-    {"GenuineIntel", 6, 85, "Skylake-SP / Cascade Lake (Xeon Scalable 1st/2nd gen)", 2, 2},
+    {"GenuineIntel", 6, 85, "Skylake-SP / Cascade Lake (Xeon Scalable 1st/2nd gen)", -1, 2},
     {"GenuineIntel", 6, 106, "Ice Lake-SP (Xeon Scalable 3rd gen)", 2, 2},
     {"GenuineIntel", 6, 143, "Sapphire Rapids (Xeon Scalable 4th gen)", 2, 2},
     {"GenuineIntel", 6, 207, "Emerald Rapids (Xeon Scalable 5th gen)", 2, 2},
@@ -71,11 +73,47 @@ constexpr Uarch kUarchs[] = {
     {"AuthenticAMD", 25, -1, "Zen 3 / Zen 4 (EPYC 7003/9004)", 1, 2},
 };
 
-const Uarch* find_uarch(const CpuInfo& c) {
-  for (const Uarch& u : kUarchs)
-    if (c.vendor == u.vendor && c.family == u.family && (u.model < 0 || u.model == c.model)) return &u;
-  return nullptr;
+/// AVX-512 FMA units of a Skylake-SP / Cascade Lake Xeon Scalable from its model name ("Intel(R)
+/// Xeon(R) Gold 5118 CPU @ 2.30GHz"): Platinum 8xxx / 9xxx and Gold 6xxx have two, Gold 5xxx one
+/// except the Gold 5122 and 5222, Silver 4xxx and Bronze 3xxx one (Intel ARK per SKU). 0: the name
+/// names no such SKU. `sku` receives the tier and number found ("Gold 5118").
+int sku_zmm_units(const std::string& model_name, std::string& sku) {
+  for (const char* tier : {"Platinum", "Gold", "Silver", "Bronze"}) {
+    const size_t at = model_name.find(std::string(tier) + " ");
+    if (at == std::string::npos) continue;
+    const size_t num = at + std::strlen(tier) + 1;
+    size_t end = num;
+    while (end < model_name.size() && std::isdigit(static_cast<unsigned char>(model_name[end]))) ++end;
+    if (end - num != 4) return 0;
+    const std::string n = model_name.substr(num, 4);
+    sku = std::string(tier) + " " + n;
+    if (sku == "Gold 5122" || sku == "Gold 5222") return 2;
+    if (std::string(tier) == "Platinum" || (std::string(tier) == "Gold" && n[0] == '6')) return 2;
+    return 1;
+  }
+  return 0;
 }
+
+}  // namespace
+
+std::optional<FmaUnits> documented_fma_units(const std::string& vendor, int family, int model,
+                                             const std::string& model_name) {
+  for (const Uarch& u : kUarchs) {
+    if (vendor != u.vendor || family != u.family || (u.model >= 0 && u.model != model)) continue;
+    FmaUnits f{u.name, u.zmm_units, u.ymm_units, std::string("documented for ") + u.name};
+    if (u.zmm_units < 0) {
+      std::string sku;
+      f.zmm = sku_zmm_units(model_name, sku);
+      f.basis = f.zmm > 0 ? "documented for the Xeon " + sku + " (" + u.name + ")"
+                          : std::string(u.name) + ": 1 or 2 by SKU, and the model name '" + model_name +
+                                "' names none";
+    }
+    return f;
+  }
+  return std::nullopt;
+}
+
+namespace {
 
 /// Best seconds of `fn` over `reps` runs (the fastest run is the one least disturbed by other
 /// processes on a shared machine).
@@ -195,7 +233,7 @@ int bench_cpu_peak(int argc, char** argv) {
   return 2;
 #else
   const CpuInfo cpu = read_cpuinfo();
-  const Uarch* ua = find_uarch(cpu);
+  const std::optional<FmaUnits> ua = documented_fma_units(cpu.vendor, cpu.family, cpu.model, cpu.model_name);
   const double hz = measure_clock_hz();
   // Measured FMA instructions per cycle per core (one thread) and the all-thread loop rate.
   const double ymm1 = fma_rate(fma_loop_ymm, 1) / hz;
@@ -208,26 +246,26 @@ int bench_cpu_peak(int argc, char** argv) {
   const bool avx512 = zmm1 > 0;
   const int lanes = avx512 ? 16 : 8;
   const double units_measured = avx512 ? zmm1 : ymm1;
-  const int units_doc = ua ? (avx512 ? ua->zmm_units : ua->ymm_units) : 0;
-  const int units = units_doc > 0 ? units_doc : std::max(1, static_cast<int>(std::lround(units_measured)));
-  const int ymm_units = ua && ua->ymm_units > 0 ? ua->ymm_units : std::max(1, static_cast<int>(std::lround(ymm1)));
+  const int units_doc = ua ? (avx512 ? ua->zmm : ua->ymm) : 0;
+  // Not documented: the measured rate rounded (a Skylake-SP / Cascade Lake SKU not named: 1 or 2).
+  int units = units_doc > 0 ? units_doc : std::max(1, static_cast<int>(std::lround(units_measured)));
+  if (units_doc == 0 && ua && ua->zmm == 0 && avx512) units = std::min(units, 2);
+  const int ymm_units = ua && ua->ymm > 0 ? ua->ymm : std::max(1, static_cast<int>(std::lround(ymm1)));
+  const std::string cpuid = "cpuid family " + std::to_string(cpu.family) + " model " + std::to_string(cpu.model);
+  const std::string units_why =
+      units_doc > 0 ? (avx512 ? ua->basis : std::string("documented for ") + ua->uarch) + ", " + cpuid
+      : ua          ? "inferred from the measured rate, rounded: " + ua->basis + ", " + cpuid
+                    : "inferred from the measured rate, rounded: " + cpuid + " is not in the table";
   const double peak = threads * units * lanes * 2.0 * hz;
   const double peak_avx2 = threads * ymm_units * 8 * 2.0 * hz;
   const double loop = (avx512 ? zmm_all : ymm_all) * lanes * 2.0;
   const double bw = triad_bytes_per_s(threads);
 
-  char buf[1024];
+  char buf[2048];
   std::snprintf(buf, sizeof buf,
                 "%d cores x %d FMA units (%s; measured %.2f %s FMA/cycle on one core) x %d f32 lanes (%s) x 2 FLOP x "
                 "%.2f GHz (measured: a chain of dependent imul, 3 cycles each; the model name '%s' %s) = %.1f GFLOP/s",
-                threads, units,
-                units_doc > 0 ? (std::string("documented for ") + ua->name + ", cpuid family " +
-                                 std::to_string(cpu.family) + " model " + std::to_string(cpu.model))
-                                    .c_str()
-                              : (std::string("cpuid family ") + std::to_string(cpu.family) + " model " +
-                                 std::to_string(cpu.model) + " not in the table: the measured rate rounded")
-                                    .c_str(),
-                units_measured, avx512 ? "zmm" : "ymm", lanes, avx512 ? "AVX-512 zmm" : "AVX2 ymm", hz * 1e-9,
+                threads, units, units_why.c_str(), units_measured, avx512 ? "zmm" : "ymm", lanes, avx512 ? "AVX-512 zmm" : "AVX2 ymm", hz * 1e-9,
                 cpu.model_name.c_str(),
                 cpu.model_name.find("GHz") == std::string::npos ? "gives no clock" : "states a base clock only",
                 peak * 1e-9);
@@ -243,10 +281,10 @@ int bench_cpu_peak(int argc, char** argv) {
                       {"vendor", cpu.vendor},
                       {"family", cpu.family},
                       {"model", cpu.model},
-                      {"uarch", ua ? ua->name : ""},
+                      {"uarch", ua ? ua->uarch : ""},
                       {"cores", threads},
                       {"fma_units", units},
-                      {"fma_units_source", units_doc > 0 ? "documented" : "measured"},
+                      {"fma_units_source", units_doc > 0 ? "documented" : "inferred"},
                       {"fma_per_cycle_measured", units_measured},
                       {"lanes", lanes},
                       {"clock_ghz", hz * 1e-9},
