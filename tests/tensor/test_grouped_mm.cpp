@@ -3,6 +3,7 @@
 // backward against finite differences (f64) and the loop's gradients, the transposed-weight
 // gradient layout, and the errors.
 #include <catch2/catch.hpp>
+#include <omp.h>
 
 #include "gradcheck.h"
 #include "tensor/random.h"
@@ -97,6 +98,31 @@ TEST_CASE("grouped_mm large groups (GEMM parallel inside) and many small ones (p
   const Tensor one_by_one = loop_2x3(a3, b3, even);
   CHECK(max_abs_diff(grouped_mm(a3, b3, even), one_by_one) == 0);
   CHECK(max_abs_diff(grouped_mm(a3.t(), a3, even), loop_2x2(a3.t(), a3, even)) == 0);
+}
+
+TEST_CASE("grouped_mm splits the work evenly over threads: f32 bit-equal for any thread count", "[grouped_mm]") {
+  manual_seed(7);
+  // Empty groups, groups below the 16-row cut unit, one group above a thread's share; 2 * 600 * 64
+  // * 80 FLOPs (above the parallel threshold); with 3 and 4 threads cuts land inside groups (2x3:
+  // rows 192 of group 2 and 48 of group 6 for 3 threads), with 2 at a group's end.
+  const Shape sizes{0, 5, 300, 17, 0, 33, 245};
+  Tensor a = rnd({600, 64}, DType::f32), b = rnd({7, 64, 80}, DType::f32), w = rnd({7, 80, 64}, DType::f32);
+  Tensor g = rnd({600, 80}, DType::f32);
+  const Tensor r23 = loop_2x3(a, b, sizes), r23t = loop_2x3(a, w.transpose(1, 2), sizes);
+  const Tensor r22 = loop_2x2(a.t(), g, sizes), r22t = loop_2x2(g.t(), a, sizes);
+  const Tensor a64 = to_dtype(a, DType::f64), g64 = to_dtype(g, DType::f64);
+  const Tensor r22_64 = loop_2x2(a64.t(), g64, sizes);
+  const int saved = omp_get_max_threads();
+  for (int t : {1, 2, 3, 4}) {
+    omp_set_num_threads(t);
+    INFO("threads " << t);
+    CHECK(max_abs_diff(grouped_mm(a, b, sizes), r23) == 0);
+    CHECK(max_abs_diff(grouped_mm(a, w.transpose(1, 2), sizes), r23t) == 0);
+    CHECK(max_abs_diff(grouped_mm(a.t(), g, sizes), r22) == 0);
+    CHECK(max_abs_diff(grouped_mm(g.t(), a, sizes), r22t) == 0);
+    CHECK(max_abs_diff(grouped_mm(a64.t(), g64, sizes), r22_64) < 1e-11);  // f64 (Eigen): within rounding
+  }
+  omp_set_num_threads(saved);
 }
 
 TEST_CASE("grouped_mm bf16 computes in f32 and rounds once", "[grouped_mm]") {

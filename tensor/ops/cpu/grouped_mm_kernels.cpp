@@ -1,9 +1,16 @@
-// CPU kernel of grouped_mm (see ops/grouped_mm.cpp): one cpu::gemm (dtr's SGEMM for f32, Eigen
-// for f64) per group on strided views, no copies for transposed operands. Groups with few
-// FLOPs, or groups none of which exceeds a thread's share of the work, run one per thread
-// (OpenMP over groups, each GEMM single-threaded inside the region); otherwise they run in turn,
-// each GEMM parallel inside. Groups of size 0 give zero rows (2x3) or
-// a zero [K, N] block (2x2). Results do not depend on the thread count (each GEMM's do not).
+// CPU kernel of grouped_mm (see ops/grouped_mm.cpp): cpu::gemm (dtr's SGEMM for f32, Eigen for
+// f64) on strided views, no copies for transposed operands. All groups run in one OpenMP region
+// with the work split evenly over the threads: the work is a sequence of output rows (2x3: the
+// rows of each group, each costing K N; 2x2: the K rows of each group's [K, N] block, each
+// costing n_g N), cut into one contiguous range per thread, each range computed as single-
+// threaded GEMMs over its pieces of groups. No thread waits for another's last expert (a
+// schedule of whole experts left a thread idle for up to one expert's GEMM per call), and a
+// group larger than a thread's share (skewed routing) is shared like a parallel GEMM's rows.
+// Cuts fall on multiples of 16 rows from a group's start and leave both sides >= 16 rows (a
+// smaller group is never cut), so every piece takes the GEMM path its whole group would (SGEMM's
+// small-m path is for m <= 8) and, as the f32 GEMM's per-element sums do not depend on how rows
+// are split, f32 results are bitwise independent of the thread count. Below kParallelWork
+// FLOPs the groups run in turn. Groups of size 0 give zero rows (2x3) or a zero [K, N] block (2x2).
 #include <omp.h>
 
 #include <algorithm>
@@ -16,8 +23,10 @@
 namespace dtr {
 namespace {
 
-/// FLOPs below which a group's GEMM runs single-threaded beside the others (as bmm's batch split).
-constexpr int64_t kSmallGroupWork = 1 << 21;
+/// FLOPs (2 M N K summed over groups) below which the groups run in turn on the calling thread.
+constexpr int64_t kParallelWork = 1 << 21;
+/// Cuts inside a group fall on multiples of this many rows and leave both sides at least as long.
+constexpr int64_t kCutRows = 16;
 
 /// True when the GEMM can read the last two dims of t in place (one unit stride).
 bool gemm_ok(const Tensor& t) {
@@ -27,17 +36,58 @@ bool gemm_ok(const Tensor& t) {
 }
 Tensor operand(const Tensor& t) { return gemm_ok(t) ? t : t.contiguous(); }
 
-/// Runs one(g) for every group: in parallel over groups (each GEMM single-threaded) when each is
-/// small, or when no group is larger than a thread's share of the total (balanced routing: one
-/// parallel region for all experts instead of one per GEMM); else in turn, each GEMM parallel.
+/// A position in the row sequence: row r of group g (r == rows of g: the group's end).
+struct RowPos {
+  int64_t g, r;
+};
+
+/// Where the share `target` of the total work (rows[g] rows of cost[g] each, in group order)
+/// ends, rounded to a cut kCutRows allows.
+RowPos cut_at(const Shape& rows, const std::vector<int64_t>& cost, int64_t target) {
+  const int64_t G = static_cast<int64_t>(rows.size());
+  int64_t done = 0;
+  for (int64_t g = 0; g < G; ++g) {
+    const int64_t w = rows[g] * cost[g];
+    if (done + w <= target) {
+      done += w;
+      continue;
+    }
+    // Inside group g: the nearest multiple of kCutRows, or the group's start / end.
+    int64_t r = (target - done + cost[g] / 2) / cost[g];
+    r = (r + kCutRows / 2) / kCutRows * kCutRows;
+    if (r < kCutRows) r = 0;
+    if (rows[g] - r < kCutRows) r = rows[g];
+    return {g, r};
+  }
+  return {G, 0};
+}
+
+/// Calls piece(g, r0, r1) once for each non-empty range of rows of a group, the row sequence
+/// split evenly by work over the threads of one parallel region (in turn, whole groups, below
+/// kParallelWork). A group of cost 0 (2x2, no tokens) is never cut: one thread gets all its rows.
 template <class F>
-void for_groups(int64_t G, int64_t max_work, int64_t total_work, F one) {
-  const int64_t threads = omp_get_max_threads();
-  if (G > 1 && (max_work < kSmallGroupWork || (G >= 2 * threads && max_work * threads <= total_work))) {
-#pragma omp parallel for schedule(dynamic)
-    for (int64_t g = 0; g < G; ++g) one(g);
-  } else {
-    for (int64_t g = 0; g < G; ++g) one(g);
+void for_pieces(const Shape& rows, const std::vector<int64_t>& cost, int64_t flops, F piece) {
+  const int64_t G = static_cast<int64_t>(rows.size());
+  int64_t total = 0;
+  for (int64_t g = 0; g < G; ++g) total += rows[g] * cost[g];
+  const int threads = omp_in_parallel() ? 1 : omp_get_max_threads();
+  if (threads == 1 || flops < kParallelWork || total == 0) {
+    for (int64_t g = 0; g < G; ++g)
+      if (rows[g] > 0) piece(g, 0, rows[g]);
+    return;
+  }
+  std::vector<RowPos> cuts(threads + 1);
+  cuts[0] = {0, 0};
+  cuts[threads] = {G, 0};
+  for (int t = 1; t < threads; ++t) cuts[t] = cut_at(rows, cost, total / threads * t + total % threads * t / threads);
+#pragma omp parallel num_threads(threads)
+  {
+    const int t = omp_get_thread_num();
+    const RowPos a = cuts[t], b = cuts[t + 1];
+    for (int64_t g = a.g; g <= b.g && g < G; ++g) {
+      const int64_t r0 = g == a.g ? a.r : 0, r1 = g == b.g ? b.r : rows[g];
+      if (r1 > r0) piece(g, r0, r1);
+    }
   }
 }
 
@@ -46,31 +96,35 @@ std::vector<Tensor> k_grouped_mm(const OpCall& c) {
   const Shape& sizes = c.shape(0);
   const int64_t G = static_cast<int64_t>(sizes.size());
   Shape offs(G + 1, 0);
-  int64_t max_rows = 0;
-  for (int64_t g = 0; g < G; ++g) {
-    offs[g + 1] = offs[g] + sizes[g];
-    max_rows = std::max(max_rows, sizes[g]);
-  }
-  const int64_t total_rows = offs[G];
+  for (int64_t g = 0; g < G; ++g) offs[g + 1] = offs[g] + sizes[g];
   const bool three = b.dim() == 3;  // a [T, K] x b [G, K, N] -> [T, N]; else a [K, T] x b [T, N] -> [G, K, N]
   const int64_t K = three ? a.size(1) : a.size(0), N = three ? b.size(2) : b.size(1);
   Tensor out = empty(three ? Shape{a.size(0), N} : Shape{G, K, N}, TensorOptions(a.dtype()));
+  // The row sequence: 2x3 the rows of each group (cost 1 each: K N FLOPs), 2x2 the K rows of
+  // each group's block (cost n_g each).
+  Shape rows(G);
+  std::vector<int64_t> cost(G);
+  for (int64_t g = 0; g < G; ++g) {
+    rows[g] = three ? sizes[g] : K;
+    cost[g] = three ? 1 : sizes[g];
+  }
+  const int64_t flops = 2 * offs[G] * K * N;
   cpu::dispatch_floating(a.dtype(), "grouped_mm", [&](auto tag) {
     using T = decltype(tag);
     const T* pa = static_cast<const T*>(a.data_ptr());
     const T* pb = static_cast<const T*>(b.data_ptr());
     T* po = static_cast<T*>(out.data_ptr());
-    for_groups(G, max_rows * N * K, total_rows * N * K, [&](int64_t g) {
+    for_pieces(rows, cost, flops, [&](int64_t g, int64_t r0, int64_t r1) {
       const int64_t n = sizes[g], o = offs[g];
       if (three) {
-        if (n > 0)
-          cpu::gemm<T>(n, N, K, pa + o * a.stride(0), a.stride(0), a.stride(1), pb + g * b.stride(0), b.stride(1),
-                       b.stride(2), po + o * N, false);
+        if (r1 > r0)
+          cpu::gemm<T>(r1 - r0, N, K, pa + (o + r0) * a.stride(0), a.stride(0), a.stride(1), pb + g * b.stride(0),
+                       b.stride(1), b.stride(2), po + (o + r0) * N, false);
       } else if (n == 0) {
         std::fill(po + g * K * N, po + (g + 1) * K * N, T(0));
-      } else {
-        cpu::gemm<T>(K, N, n, pa + o * a.stride(1), a.stride(0), a.stride(1), pb + o * b.stride(0), b.stride(0),
-                     b.stride(1), po + g * K * N, false);
+      } else if (r1 > r0) {
+        cpu::gemm<T>(r1 - r0, N, n, pa + r0 * a.stride(0) + o * a.stride(1), a.stride(0), a.stride(1),
+                     pb + o * b.stride(0), b.stride(0), b.stride(1), po + (g * K + r0) * N, false);
       }
     });
   });
