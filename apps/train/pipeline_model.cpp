@@ -54,14 +54,18 @@ NamedParams PipelinedModel::trainable() const {
 }
 
 double PipelinedModel::step(const std::vector<data::Batch>& mbs, const std::vector<double>& weights) {
-  std::vector<Tensor> ids;
-  for (const auto& b : mbs) ids.push_back(b.input_ids);
+  std::vector<Tensor> ids, targets;
+  for (const auto& b : mbs) ids.push_back(b.input_ids), targets.push_back(b.labels);
   for (auto& st : stages_) pipeline_unshard(*st);
-  std::vector<Tensor> losses = executor_->step(ids, [&](int k, const Tensor& logits) {
-    // No label token: nothing to learn, but the backward still runs (FSDP, TP collectives).
-    if (mbs[k].num_label_tokens == 0) return mul(sum(logits), 0.0);
-    return mul(causal_lm_loss(logits, mbs[k].labels, false), weights[k]);
-  });
+  // The last stage takes each micro-batch's mean loss through the fused head (lm_head_loss: no
+  // [tokens, vocab] logits), as the model without pipelining does (causal_lm_loss).
+  std::vector<Tensor> losses = executor_->step(
+      ids,
+      [&](int k, const Tensor& loss) {
+        // No label token (loss 0, gradient 0): the backward still runs (FSDP, TP collectives).
+        return mul(loss, mbs[k].num_label_tokens == 0 ? 0.0 : weights[k]);
+      },
+      targets);
   for (auto& st : stages_) pipeline_reduce_gradients(*st);
   if (tied_.defined()) sum_tied_gradients(*pp_, tied_, tied_peer_);
   double s = 0;
@@ -80,13 +84,11 @@ double PipelinedModel::clip_grad_norm(const std::vector<Tensor>& params, double 
 }
 
 std::pair<double, double> PipelinedModel::evaluate(const std::vector<data::Batch>& mbs) {
-  std::vector<Tensor> ids;
-  for (const auto& b : mbs) ids.push_back(b.input_ids);
+  std::vector<Tensor> ids, targets;
+  for (const auto& b : mbs) ids.push_back(b.input_ids), targets.push_back(b.labels);
   for (auto& st : stages_) pipeline_unshard(*st);
-  std::vector<Tensor> losses = executor_->forward_only(ids, [&](int k, const Tensor& logits) {
-    if (mbs[k].num_label_tokens == 0) return Tensor();
-    return causal_lm_loss(logits, mbs[k].labels, false);
-  });
+  std::vector<Tensor> losses = executor_->forward_only(
+      ids, [&](int k, const Tensor& loss) { return mbs[k].num_label_tokens == 0 ? Tensor() : loss; }, targets);
   for (auto& st : stages_) pipeline_reshard(*st);
   double s = 0, n = 0;
   for (size_t k = 0; k < losses.size(); ++k)

@@ -141,13 +141,15 @@ std::vector<Tensor> CausalLM::forward_list(const std::vector<Tensor>& inputs) {
   DTR_CHECK(targets.dim() == 2 && ids.dim() == 2 && targets.size(0) == ids.size(0) && targets.size(1) == ids.size(1),
             type_name(), ": targets must be [B, T] like input_ids ", ids.sizes(), ", got ", targets.sizes());
   DTR_CHECK(targets.dtype() == DType::i64, type_name(), ": targets must be int64, got ", targets.dtype());
-  Tensor h = call_child(*this, "model", ids);
-  auto head = get_submodule("lm_head");
-  auto* lin = dynamic_cast<nn::Linear*>(head.get());
-  if (config_.final_logit_softcapping <= 0 && lin && lin->type_name() == "Linear" && !lin->bias().defined())
-    return {head->call_list({h, targets}).at(0)};
-  Tensor logits = softcap_logits(config_, head->call(h));
-  return {cross_entropy(reshape(logits, {-1, logits.size(-1)}), reshape(targets, {-1}))};
+  return {lm_head_loss(config_, *get_submodule("lm_head"), call_child(*this, "model", ids), targets)};
+}
+
+Tensor lm_head_loss(const ModelConfig& c, nn::Module& head, const Tensor& h, const Tensor& targets) {
+  auto* lin = dynamic_cast<nn::Linear*>(&head);
+  if (c.final_logit_softcapping <= 0 && lin && lin->type_name() == "Linear" && !lin->bias().defined())
+    return head.call_list({h, targets}).at(0);
+  Tensor logits = softcap_logits(c, head.call(h));
+  return cross_entropy(reshape(logits, {-1, logits.size(-1)}), reshape(targets, {-1}));
 }
 
 Tensor CausalLM::forward_loss(const Tensor& ids, const Tensor& labels, bool shift) {

@@ -50,6 +50,12 @@ nn::MoEConfig moe_config(const ModelConfig& c);
 double embedding_scale(const ModelConfig& c);
 /// final_logit_softcapping c > 0: c * tanh(logits / c); otherwise logits unchanged.
 Tensor softcap_logits(const ModelConfig& c, const Tensor& logits);
+/// The mean cross-entropy of a causal LM's head on `hidden` [B, T, H] (after the final norm)
+/// against `targets` [B, T] int64 (ignore_index -100): lm_head.call_list({hidden, targets}), the
+/// fused linear_cross_entropy (no [B, T, V] logits; its hooks see both inputs), or, for a head
+/// that cannot fuse (final_logit_softcapping, a LoRA-wrapped or biased lm_head), the logits and
+/// cross_entropy. Used by CausalLM::forward_list and the last pipeline stage (CausalLMStage).
+Tensor lm_head_loss(const ModelConfig& c, nn::Module& lm_head, const Tensor& hidden, const Tensor& targets);
 
 /// One decoder block. MoE families (ModelConfig::is_moe_layer): mlp is an nn::MoE
 /// (mlp.gate.weight, mlp.experts.gate_up_proj / down_proj, transformers 5's names).

@@ -23,7 +23,7 @@ CausalLMStage::CausalLMStage(CausalLM& full, int64_t b, int64_t e, bool first, b
   }
 }
 
-Tensor CausalLMStage::forward(const Tensor& x) {
+Tensor CausalLMStage::hidden(const Tensor& x) {
   nn::Module& model = *get_submodule("model");
   Tensor h = x;
   if (first_) {
@@ -33,9 +33,25 @@ Tensor CausalLMStage::forward(const Tensor& x) {
     if (const double s = embedding_scale(config_); s > 0) h = mul(h, s);
   }
   for (const auto& layer : model.get_submodule("layers")->children()) h = layer->call(h);
-  if (!last_) return h;
-  h = model.get_submodule("norm")->call(h);
-  return softcap_logits(config_, get_submodule("lm_head")->call(h));
+  return last_ ? model.get_submodule("norm")->call(h) : h;
+}
+
+Tensor CausalLMStage::forward(const Tensor& x) {
+  Tensor h = hidden(x);
+  return last_ ? softcap_logits(config_, get_submodule("lm_head")->call(h)) : h;
+}
+
+std::vector<Tensor> CausalLMStage::forward_list(const std::vector<Tensor>& inputs) {
+  if (inputs.size() == 1) return {forward(inputs[0])};
+  DTR_CHECK(inputs.size() == 2, type_name(), " stage: expected {x} or {x, targets}, got ", inputs.size(), " inputs");
+  DTR_CHECK(last_, type_name(), " stage (layers ", begin_, "..", end_ - 1, "): targets go to the last stage only");
+  const Tensor& x = inputs[0];
+  const Tensor& targets = inputs[1];
+  // (Under sequence parallelism the input holds this rank's T / tp positions; the targets all T.)
+  DTR_CHECK(targets.dim() == 2 && x.dim() >= 2 && targets.size(0) == x.size(0), type_name(),
+            " stage: targets must be [B, T] with the input's B (input ", x.sizes(), "), got ", targets.sizes());
+  DTR_CHECK(targets.dtype() == DType::i64, type_name(), " stage: targets must be int64, got ", targets.dtype());
+  return {lm_head_loss(config_, *get_submodule("lm_head"), hidden(x), targets)};
 }
 
 std::vector<std::shared_ptr<CausalLMStage>> make_pipeline_stages(CausalLM& full, int pp, int pp_rank, int v,

@@ -4,7 +4,8 @@
 // checkpoints read the same on every pp size:
 //   first stage:  model.embed_tokens, model.layers.<i> ...       input ids [B, T] -> hidden [B, T, H]
 //   middle:       model.layers.<i> ...                           hidden -> hidden
-//   last stage:   model.layers.<i> ..., model.norm, lm_head      hidden -> logits [B, T, V]
+//   last stage:   model.layers.<i> ..., model.norm, lm_head      hidden -> logits [B, T, V],
+//                 or {hidden, targets [B, T]} -> mean loss through the fused head (lm_head_loss)
 // (one stage holding everything is the whole model). Layer i keeps its name "model.layers.<i>".
 // With tie_word_embeddings the first and last stage hold the same tensor when they are one
 // module, and two equal copies on two ranks otherwise (parallel/pipeline/tied_weights.h keeps
@@ -27,6 +28,11 @@ class CausalLMStage : public nn::Module {
   std::string type_name() const override { return class_prefix(config_) + "ForCausalLM"; }
   /// first: ids [B, T] integer; otherwise hidden [B, T, H]. Returns logits (last) or hidden.
   Tensor forward(const Tensor& x) override;
+  /// {x} -> {forward(x)}; on the last stage {x, targets [B, T] int64 (ignore_index -100)} ->
+  /// {mean cross-entropy} through lm_head_loss (the fused head: no [B, T, V] logits), as
+  /// CausalLM::forward_list({input_ids, targets}). Errors: targets on another stage, targets not
+  /// [B, T] int64 with x's B.
+  std::vector<Tensor> forward_list(const std::vector<Tensor>& inputs) override;
 
   const ModelConfig& config() const { return config_; }
   bool is_first() const { return first_; }
@@ -35,6 +41,9 @@ class CausalLMStage : public nn::Module {
   int64_t layer_end() const { return end_; }
 
  private:
+  /// The stage's body: embedding (first), its layers, the final norm (last).
+  Tensor hidden(const Tensor& x);
+
   ModelConfig config_;
   bool first_, last_;
   int64_t begin_, end_;

@@ -38,27 +38,31 @@ PipelineExecutor::PipelineExecutor(PipelineScheduleKind kind, std::vector<Pipeli
               stages_.size(), " (use interleaved1f1b for virtual stages)");
 }
 
-std::vector<Tensor> PipelineExecutor::step(const std::vector<Tensor>& inputs, const LossFn& loss_fn) {
+std::vector<Tensor> PipelineExecutor::step(const std::vector<Tensor>& inputs, const LossFn& loss_fn,
+                                           const std::vector<Tensor>& targets) {
   const int m = static_cast<int>(inputs.size());
   DTR_CHECK(m >= 1, "PipelineExecutor::step: no micro-batches");
   PipelineShape shape{pg_->size(), static_cast<int>(stages_.size()), m};
-  return run(pipeline_schedule(kind_, shape, pg_->rank()), inputs, loss_fn, true);
+  return run(pipeline_schedule(kind_, shape, pg_->rank()), inputs, targets, loss_fn, true);
 }
 
-std::vector<Tensor> PipelineExecutor::forward_only(const std::vector<Tensor>& inputs, const LossFn& loss_fn) {
+std::vector<Tensor> PipelineExecutor::forward_only(const std::vector<Tensor>& inputs, const LossFn& loss_fn,
+                                                   const std::vector<Tensor>& targets) {
   const int m = static_cast<int>(inputs.size());
   DTR_CHECK(m >= 1, "PipelineExecutor::forward_only: no micro-batches");
   std::vector<PipelineAction> actions;
   for (int mb = 0; mb < m; ++mb)
     for (const auto& st : stages_) actions.push_back({PipelineAction::Forward, st.stage_index, mb});
   NoGradGuard no_grad;
-  return run(actions, inputs, loss_fn, false);
+  return run(actions, inputs, targets, loss_fn, false);
 }
 
 std::vector<Tensor> PipelineExecutor::run(const std::vector<PipelineAction>& actions, const std::vector<Tensor>& inputs,
-                                          const LossFn& loss_fn, bool with_grad) {
+                                          const std::vector<Tensor>& targets, const LossFn& loss_fn, bool with_grad) {
   const auto t_step = Clock::now();
   const int pp = pg_->size(), S = num_stages_, m = static_cast<int>(inputs.size());
+  DTR_CHECK(targets.empty() || static_cast<int>(targets.size()) == m, "PipelineExecutor: ", targets.size(),
+            " targets for ", m, " micro-batches (give one per micro-batch, or none)");
   stats_ = PipelineStepStats{};
 
   // Per (stage, micro-batch): the stage input leaf, and its output (the loss on the last stage).
@@ -99,8 +103,11 @@ std::vector<Tensor> PipelineExecutor::run(const std::vector<PipelineAction>& act
         if (with_grad && is_floating(x.dtype())) x.set_requires_grad(true);
       }
       const auto t0 = Clock::now();
-      Tensor y = mod.call(x);
-      if (a.stage == S - 1) {
+      const bool last = a.stage == S - 1;
+      DTR_CHECK(!last || targets.empty() || targets[a.microbatch].defined(), "PipelineExecutor: micro-batch ",
+                a.microbatch, " has no targets on the last stage");
+      Tensor y = last && !targets.empty() ? mod.call_list({x, targets[a.microbatch]}).at(0) : mod.call(x);
+      if (last) {
         y = loss_fn(a.microbatch, y);
         DTR_CHECK(!with_grad || y.numel() == 1, "PipelineExecutor: the loss of micro-batch ", a.microbatch,
                   " has shape ", y.sizes(), ", expected a scalar");

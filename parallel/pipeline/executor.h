@@ -8,6 +8,9 @@
 // backward the output's gradient is received. Sends are asynchronous and waited at the end of
 // the step; a receive blocks only the micro-step that needs it, so any schedule whose order is
 // deadlock-free on an ideal machine (simulate_pipeline_bubble) runs without deadlock.
+// With targets (one per micro-batch) the last stage is called as call_list({input, targets})
+// and returns the micro-batch's loss itself (a causal LM's fused head: the [tokens, vocab]
+// logits are never formed); the loss function then receives that loss instead of the output.
 // The loss function returns the scalar each micro-batch contributes to the step's objective
 // (e.g. its token mean x its share of the global label tokens), so the gradients summed over
 // micro-batches are those of the whole-batch objective, as without pipelining.
@@ -40,7 +43,8 @@ struct PipelineStepStats {
 
 class PipelineExecutor {
  public:
-  /// Loss of micro-batch `mb` from the last stage's output (a scalar that requires grad).
+  /// Loss of micro-batch `mb` from the last stage's output (a scalar that requires grad); with
+  /// targets the output is the last stage's own loss of that micro-batch.
   using LossFn = std::function<Tensor(int mb, const Tensor& output)>;
 
   /// `stages`: the stages of this rank (pp rank r holds r, r + pp, ...; one for GPipe / 1F1B);
@@ -53,12 +57,17 @@ class PipelineExecutor {
   /// to stage 0 (read on the rank holding stage 0 only; other ranks may pass undefined tensors,
   /// but the vector's size gives m everywhere). Gradients accumulate into the parameters'
   /// .grad. Returns the losses of the micro-batches (detached) on the rank holding the last
-  /// stage, an empty vector elsewhere.
-  std::vector<Tensor> step(const std::vector<Tensor>& inputs, const LossFn& loss_fn);
+  /// stage, an empty vector elsewhere. `targets`: empty, or micro-batch i's second input to the
+  /// last stage (read on the rank holding it), which then returns the loss (see above).
+  /// Errors: targets not one per micro-batch, an undefined target on the last stage.
+  std::vector<Tensor> step(const std::vector<Tensor>& inputs, const LossFn& loss_fn,
+                           const std::vector<Tensor>& targets = {});
 
   /// Evaluation: the forwards only (micro-batch by micro-batch, each rank's stages in order,
-  /// which cannot deadlock), without autograd. Returns the losses as step() does.
-  std::vector<Tensor> forward_only(const std::vector<Tensor>& inputs, const LossFn& loss_fn);
+  /// which cannot deadlock), without autograd. Returns the losses as step() does; `targets` as
+  /// for step().
+  std::vector<Tensor> forward_only(const std::vector<Tensor>& inputs, const LossFn& loss_fn,
+                                   const std::vector<Tensor>& targets = {});
 
   const PipelineStepStats& stats() const { return stats_; }
   PipelineScheduleKind kind() const { return kind_; }
@@ -67,7 +76,7 @@ class PipelineExecutor {
 
  private:
   std::vector<Tensor> run(const std::vector<PipelineAction>& actions, const std::vector<Tensor>& inputs,
-                          const LossFn& loss_fn, bool with_grad);
+                          const std::vector<Tensor>& targets, const LossFn& loss_fn, bool with_grad);
 
   PipelineScheduleKind kind_;
   std::vector<PipelineStage> stages_;
