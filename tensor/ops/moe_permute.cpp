@@ -34,8 +34,8 @@ Tensor moe_permute(const Tensor& x, const Tensor& sorted_token, const Tensor& sl
 }
 
 Tensor moe_unpermute(const Tensor& ys, const Tensor& slot_position, const Tensor& probs) {
-  DTR_CHECK(ys.dim() == 2 && probs.dim() == 2 && ys.size(0) == probs.numel(), "moe_unpermute: ys ", ys.sizes(),
-            " and probs ", probs.sizes(), " (expected [N*k, H] and [N, k])");
+  DTR_CHECK(ys.dim() == 2 && probs.dim() == 2 && probs.size(1) > 0 && ys.size(0) == probs.numel(), "moe_unpermute: ys ",
+            ys.sizes(), " and probs ", probs.sizes(), " (expected [N*k, H] and [N, k], k >= 1)");
   DTR_CHECK(ys.dtype() == probs.dtype() && is_floating(ys.dtype()), "moe_unpermute: ys ", ys.dtype(), " and probs ",
             probs.dtype(), " (expected the same floating dtype)");
   check_index(slot_position, ys.size(0), "moe_unpermute", "slot_position");

@@ -17,7 +17,7 @@ Tensor moe_permute(const Tensor& x, const Tensor& sorted_token, const Tensor& sl
 /// ys [N*k, H] (expert outputs in sorted order), probs [N, k] -> out [N, H]:
 ///   out[t] = sum_j probs[t, j] * ys[slot_position[t*k + j]]   (j increasing).
 /// Backward: dys[slot_position[t*k+j]] = probs[t, j] * g[t], dprobs[t, j] = <g[t], ys[...]>.
-/// Replaces gather + broadcast mul + sum over k (and their backwards). Errors: shapes, dtypes,
+/// Replaces gather + broadcast mul + sum over k (and their backwards). Errors: shapes (k >= 1), dtypes,
 /// an index out of range.
 Tensor moe_unpermute(const Tensor& ys, const Tensor& slot_position, const Tensor& probs);
 

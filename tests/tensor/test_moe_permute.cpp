@@ -88,3 +88,10 @@ TEST_CASE("moe_permute / moe_unpermute reject bad slot positions", "[moe]") {
   CHECK_THROWS_WITH(moe_permute(randn({2, 3}), from_vector<int64_t>({0, 1}, {2}), from_vector<int64_t>({0, 1}, {2}), 2),
                     Catch::Contains("sorted_token"));
 }
+
+TEST_CASE("moe_unpermute rejects probs with no expert per token", "[moe]") {
+  // probs [N, 0] with ys [0, H] passed the numel check and the kernel read slot 0 of an empty
+  // slot_position.
+  CHECK_THROWS_WITH(moe_unpermute(randn({0, 4}), from_vector<int64_t>({}, {0}), randn({3, 0})),
+                    Catch::Contains("probs [3, 0]"));
+}

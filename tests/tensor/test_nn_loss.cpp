@@ -2,6 +2,7 @@
 // stability, target errors, backward against finite differences.
 #include <catch2/catch.hpp>
 #include <cmath>
+#include <limits>
 
 #include "gradcheck.h"
 #include "tensor/random.h"
@@ -94,4 +95,25 @@ TEST_CASE("cross_entropy f32 backward equals (softmax - onehot) * g / count in f
   double want = 0;
   for (double p : pick) want += p / 5.0;
   CHECK(cross_entropy(x32, from_vector<int64_t>(t, {N})).item<double>() == Approx(want).epsilon(1e-6));
+}
+
+TEST_CASE("cross_entropy f32 propagates a NaN in a leading block with no finite logit", "[loss]") {
+  // The online logsumexp skips a block whose maximum is -inf (nothing visible yet); a NaN in
+  // such a block must still make the row's loss and gradient NaN, as the f64 path and PyTorch
+  // do: row 0 starts with a whole block (512 logits) of NaN, row 1 with -inf and one NaN.
+  const int64_t C = 1200;
+  Tensor x = randn({2, C});
+  x.narrow(0, 0, 1).narrow(1, 0, 512).fill_(std::nan(""));
+  x.narrow(0, 1, 1).narrow(1, 0, 600).fill_(-std::numeric_limits<double>::infinity());
+  x.narrow(0, 1, 1).narrow(1, 7, 1).fill_(std::nan(""));
+  for (int64_t row = 0; row < 2; ++row) {
+    Tensor xr = x.narrow(0, row, 1).clone();
+    for (DType dt : {DType::f32, DType::f64}) {
+      Tensor a = xr.to(dt).detach().set_requires_grad(true);
+      Tensor loss = cross_entropy(a, from_vector<int64_t>({1000}, {1}));
+      CHECK(std::isnan(loss.item<double>()));
+      loss.backward();
+      CHECK(std::isnan(a.grad().to(DType::f64).to_vector<double>()[1000]));
+    }
+  }
 }

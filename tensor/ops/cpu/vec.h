@@ -12,6 +12,7 @@
 //    across threads or ranks.
 #include <Eigen/Core>
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <limits>
 
@@ -112,7 +113,8 @@ inline float block_sum_exp(const float* x, float shift, float* out, int64_t n) {
 /// exp(m_old - m_new) in f64), so the row is read once where max + sum_exp read it twice.
 /// With `out` (may equal x) it also stores the block's terms exp(x[j] - shift[b]) and the shift
 /// of each block b in `shift` (n / kSumBlock rounded up entries): a caller scales block b by
-/// exp(shift[b] - m) / z for the softmax. n == 0 or all -inf: m = -inf, z = 0.
+/// exp(shift[b] - m) / z for the softmax. n == 0 or all -inf: m = -inf, z = 0. A NaN anywhere
+/// makes z NaN (a block of only NaN / -inf included), as the two-pass sum does.
 inline double online_sum_exp(const float* x, int64_t n, float& m, float* out = nullptr, float* shift = nullptr) {
   m = -std::numeric_limits<float>::infinity();
   double z = 0;
@@ -126,6 +128,9 @@ inline double online_sum_exp(const float* x, int64_t n, float& m, float* out = n
     if (shift) shift[k] = m;
     if (m == -std::numeric_limits<float>::infinity()) {  // nothing visible yet
       if (out) std::fill(out + b, out + b + len, 0.0f);
+      // max() skipped the block's NaNs; exp(NaN - m) would have made the sum NaN.
+      if (std::any_of(x + b, x + b + len, [](float v) { return std::isnan(v); }))
+        z = std::numeric_limits<double>::quiet_NaN();
       continue;
     }
     z += static_cast<double>(detail::block_sum_exp(x + b, m, out ? out + b : nullptr, len));
