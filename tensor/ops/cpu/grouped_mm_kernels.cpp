@@ -80,9 +80,10 @@ void for_pieces(const Shape& rows, const std::vector<int64_t>& cost, int64_t flo
   cuts[0] = {0, 0};
   cuts[threads] = {G, 0};
   for (int t = 1; t < threads; ++t) cuts[t] = cut_at(rows, cost, total / threads * t + total % threads * t / threads);
+  // The region may get fewer threads than asked for (OMP_THREAD_LIMIT, OMP_DYNAMIC): each
+  // thread then takes every num_threads-th range, so every range is computed exactly once.
 #pragma omp parallel num_threads(threads)
-  {
-    const int t = omp_get_thread_num();
+  for (int t = omp_get_thread_num(); t < threads; t += omp_get_num_threads()) {
     const RowPos a = cuts[t], b = cuts[t + 1];
     for (int64_t g = a.g; g <= b.g && g < G; ++g) {
       const int64_t r0 = g == a.g ? a.r : 0, r1 = g == b.g ? b.r : rows[g];
