@@ -7,7 +7,9 @@
 // dispatches that op directly (not a composition), so distributed tensors need its sharding rule
 // (dtensor/rules/pointwise.cpp). Source: Shazeer 2020, "GLU Variants Improve Transformer";
 // PyTorch F.silu (and its derivative silu_backward). swiglu(gate_up) takes both halves of one
-// [..., 2I] tensor (MoE experts' gate_up_proj output) and returns one [..., 2I] gradient.
+// [..., 2I] tensor (MoE experts' gate_up_proj output, the halves read in place) and returns one
+// [..., 2I] gradient from one op, "swiglu_joined_backward" {g, gate_up} (no copies of the halves,
+// no cat).
 #include "tensor/autograd/node.h"
 #include "tensor/dispatch.h"
 #include "tensor/ops.h"
@@ -41,11 +43,9 @@ Tensor swiglu(const Tensor& gate_up) {
   static const OpDef* op = op_def("swiglu");
   Tensor out = dispatch1(OpCall{op, {gate_up.narrow(d, 0, I), gate_up.narrow(d, I, I)}, {}});
   if (needs_grad({gate_up})) {
-    record("swiglu", {gate_up}, out, [sx = SavedTensor(gate_up), d, I](const std::vector<Tensor>& g, const std::vector<bool>&) {
-      static const OpDef* bw = op_def("swiglu_backward");
-      const Tensor x = sx.get("swiglu");
-      std::vector<Tensor> dx = dispatch(OpCall{bw, {g[0], x.narrow(d, 0, I), x.narrow(d, I, I)}, {}});
-      return std::vector<Tensor>{cat({dx[0], dx[1]}, d)};
+    record("swiglu", {gate_up}, out, [sx = SavedTensor(gate_up)](const std::vector<Tensor>& g, const std::vector<bool>&) {
+      static const OpDef* bw = op_def("swiglu_joined_backward");
+      return std::vector<Tensor>{dispatch1(OpCall{bw, {g[0], sx.get("swiglu")}, {}})};
     });
   }
   return out;

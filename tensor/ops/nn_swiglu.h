@@ -7,7 +7,7 @@ namespace dtr {
 
 /// swiglu of the two halves of the last dim of `gate_up` [..., 2I] (gate first, then up) ->
 /// [..., I]: the MoE experts' joined gate_up projection (Megatron-LM's SwiGLU on chunk(x, 2, -1)).
-/// Its gradient is formed as one [..., 2I] tensor (swiglu_backward on the halves, one cat), not as
+/// Its gradient is formed as one [..., 2I] tensor by one op (swiglu_joined_backward), not as
 /// two zero-filled narrow gradients summed. Errors: an odd or empty last dim, a non-floating dtype.
 Tensor swiglu(const Tensor& gate_up);
 

@@ -2,6 +2,7 @@
 // scalar and binary ops with broadcasting, comparisons, where, in-place add_ / mul_; f32 and
 // bf16; sizes 1, 7, 1031; non-contiguous (transposed, sliced) inputs; forward and backward.
 #include "cuda_test_util.h"
+#include "tensor/ops/nn_swiglu.h"
 #include "tensor/dispatch.h"
 
 using namespace dtr;
@@ -196,5 +197,8 @@ TEST_CASE("cuda swiglu and swiglu_backward match the CPU", "[cuda]") {
     const auto gpu = dispatch(OpCall{op_def("swiglu_backward"), {g.to(dev), x.to(dev), u.to(dev)}, {}});
     CHECK(testing::compare_with_cpu(gpu[0], cpu[0], tol(dt), tol(dt), "swiglu_backward dgate") == "");
     CHECK(testing::compare_with_cpu(gpu[1], cpu[1], tol(dt), tol(dt), "swiglu_backward dup") == "");
+    // the joined form swiglu(gate_up) (MoE experts): forward on the halves, swiglu_joined_backward
+    testing::check_cuda_matches_cpu([](const std::vector<Tensor>& in) { return std::vector<Tensor>{swiglu(in[0])}; },
+                                    {leaf({5, 2, 66}, dt, -6.0, 6.0)}, tol(dt, true), tol(dt, true));
   }
 }

@@ -113,7 +113,16 @@ TEST_CASE("swiglu(gate_up) equals swiglu of its halves, gradient as one tensor",
     sum(mul(y2, w)).backward();
     CHECK(x1.grad().is_contiguous());
     CHECK(max_abs_diff(x1.grad(), x2.grad()) == 0.0);
+    // the halves read in place (rows of 500 with stride 1000, packet tails in every row) equal
+    // the contiguous path, forward and swiglu_joined_backward against swiglu_backward + cat
+    const Tensor gc = x0.narrow(1, 0, 500).contiguous(), uc = x0.narrow(1, 500, 500).contiguous();
+    CHECK(max_abs_diff(y1, swiglu(gc, uc)) == 0.0);
+    const auto d = dispatch(OpCall{op_def("swiglu_backward"), {w, gc, uc}, {}});
+    CHECK(max_abs_diff(x1.grad(), cat({d[0], d[1]}, 1)) == 0.0);
   }
+  // 3-d joined input (leading dims collapse into one row stride)
+  Tensor x3 = uniform({4, 3, 34}, -6, 6, TensorOptions(DType::f32));
+  CHECK(max_abs_diff(swiglu(x3), swiglu(x3.narrow(2, 0, 17).contiguous(), x3.narrow(2, 17, 17).contiguous())) == 0.0);
   CHECK_THROWS_WITH(swiglu(zeros({2, 3})), Catch::Contains("swiglu: gate_up [2, 3]") && Catch::Contains("even"));
   CHECK_THROWS_WITH(swiglu(zeros({2, 4}, TensorOptions(DType::i64))), Catch::Contains("floating"));
 }

@@ -1,6 +1,9 @@
-// CPU kernels of swiglu {gate, up} -> silu(gate) * up and swiglu_backward {g, gate, up} ->
-// {dgate, dup}, each one pass over its inputs. Strided inputs are made contiguous first; the
-// contiguous arrays are processed in blocks of kBlock elements, OpenMP-parallel over blocks.
+// CPU kernels of swiglu {gate, up} -> silu(gate) * up, swiglu_backward {g, gate, up} ->
+// {dgate, dup} and swiglu_joined_backward {g, gate_up} -> d gate_up (the joined [.., 2I] form of
+// the MoE experts), each one pass over its inputs. swiglu reads inputs made of contiguous rows
+// (the two halves of a joined gate_up) in place, row by row; other strided inputs are made
+// contiguous first; contiguous arrays are processed in blocks of kBlock elements, OpenMP-parallel
+// over blocks (rows: blocks of rows).
 // f32 runs Eigen's packet math (cpu/vec.h; the same exp as the silu / silu_backward kernels in
 // pointwise_kernels.cpp), one register pass per packet, the tail padded to a full packet so
 // every element takes the same path wherever a block (or a shard) ends; f64 the scalar std::
@@ -67,29 +70,85 @@ void packet_loop(std::array<const float*, N> in, std::array<float*, M> out, int6
   for (size_t k = 0; k < M; ++k) std::copy(bo[k], bo[k] + (end - j), out[k] + j);
 }
 
+/// silu(x) * u over the contiguous segment [0, len) of x, u -> o.
+template <class T>
+void swiglu_segment(const T* px, const T* pu, T* po, int64_t len) {
+  if constexpr (std::is_same_v<T, float>) {
+    using namespace Eigen::internal;
+    using P = cpu::vec::detail::Packet;
+    const P one = pset1<P>(1.0f);
+    packet_loop<2, 1>({px, pu}, {po}, 0, len, [&](const auto& in, const auto& o) {
+      const P x = ploadu<P>(in[0]);
+      pstoreu(o[0], pmul(pdiv(x, padd(one, pexp(pnegate(x)))), ploadu<P>(in[1])));
+    });
+  } else {
+    for (int64_t i = 0; i < len; ++i) po[i] = px[i] / (T(1) + std::exp(-px[i])) * pu[i];
+  }
+}
+
+/// {dgate, dup} of g, x (gate), u (up) over the contiguous segment [0, len).
+template <class T>
+void swiglu_backward_segment(const T* pg, const T* px, const T* pu, T* pdx, T* pdu, int64_t len) {
+  if constexpr (std::is_same_v<T, float>) {
+    using namespace Eigen::internal;
+    using P = cpu::vec::detail::Packet;
+    const P one = pset1<P>(1.0f);
+    packet_loop<3, 2>({pg, px, pu}, {pdx, pdu}, 0, len, [&](const auto& in, const auto& o) {
+      const P gv = ploadu<P>(in[0]), x = ploadu<P>(in[1]), u = ploadu<P>(in[2]);
+      const P s = pdiv(one, padd(one, pexp(pnegate(x))));
+      pstoreu(o[1], pmul(gv, pmul(x, s)));
+      pstoreu(o[0], pmul(pmul(gv, u), pmul(s, padd(pmul(x, psub(one, s)), one))));
+    });
+  } else {
+    for (int64_t i = 0; i < len; ++i) {
+      const T x = px[i], s = T(1) / (T(1) + std::exp(-x));
+      pdu[i] = pg[i] * (x * s);
+      pdx[i] = pg[i] * pu[i] * (s * (x * (T(1) - s) + T(1)));
+    }
+  }
+}
+
+/// The row stride of t when it is rows of contiguous last-dim elements (leading dims collapsing
+/// into one stride, e.g. a narrow of the last dim), else -1.
+int64_t row_stride(const Tensor& t) {
+  const int64_t d = t.dim();
+  if (d < 2 || t.stride(d - 1) != 1) return -1;
+  for (int64_t i = 0; i + 2 < d; ++i)
+    if (t.stride(i) != t.stride(i + 1) * t.size(i + 1)) return -1;
+  return t.stride(d - 2);
+}
+
+/// Calls f(r0, r1) for blocks of rows of [0, R) (rows of C elements), in parallel when large.
+template <class F>
+void for_row_blocks(int64_t R, int64_t C, F f) {
+  const int64_t per = std::max<int64_t>(1, kBlock / std::max<int64_t>(C, 1)), nb = (R + per - 1) / per;
+#pragma omp parallel for schedule(static) if (R * C >= cpu::kParallelGrain)
+  for (int64_t b = 0; b < nb; ++b) f(b * per, std::min(R, (b + 1) * per));
+}
+
 std::vector<Tensor> k_swiglu(const OpCall& c) {
   check_inputs(c);
-  const Tensor gate = contig(c.inputs[0]), up = contig(c.inputs[1]);
-  Tensor out = empty(gate.sizes(), TensorOptions(gate.dtype()));
+  const Tensor& g0 = c.inputs[0];
+  const Tensor& u0 = c.inputs[1];
+  Tensor out = empty(g0.sizes(), TensorOptions(g0.dtype()));
+  // Rows read in place (the halves of a joined [.., 2I] gate_up: no copies), else contiguous.
+  const int64_t gs = row_stride(g0), us = row_stride(u0);
+  const bool rows = !(g0.is_contiguous() && u0.is_contiguous()) && gs > 0 && us > 0;
+  const Tensor gate = rows ? g0 : contig(g0), up = rows ? u0 : contig(u0);
   const int64_t n = gate.numel();
   cpu::dispatch_floating(gate.dtype(), "swiglu", [&](auto tag) {
     using T = decltype(tag);
     const T* px = static_cast<const T*>(gate.data_ptr());
     const T* pu = static_cast<const T*>(up.data_ptr());
     T* po = static_cast<T*>(out.data_ptr());
-    for_blocks(n, [&](int64_t off, int64_t len) {
-      if constexpr (std::is_same_v<T, float>) {
-        using namespace Eigen::internal;
-        using P = cpu::vec::detail::Packet;
-        const P one = pset1<P>(1.0f);
-        packet_loop<2, 1>({px, pu}, {po}, off, len, [&](const auto& in, const auto& o) {
-          const P x = ploadu<P>(in[0]);
-          pstoreu(o[0], pmul(pdiv(x, padd(one, pexp(pnegate(x)))), ploadu<P>(in[1])));
-        });
-      } else {
-        for (int64_t i = off; i < off + len; ++i) po[i] = px[i] / (T(1) + std::exp(-px[i])) * pu[i];
-      }
-    });
+    if (rows) {
+      const int64_t C = gate.size(-1), R = n / std::max<int64_t>(C, 1);
+      for_row_blocks(R, C, [&](int64_t r0, int64_t r1) {
+        for (int64_t r = r0; r < r1; ++r) swiglu_segment<T>(px + r * gs, pu + r * us, po + r * C, C);
+      });
+    } else {
+      for_blocks(n, [&](int64_t off, int64_t len) { swiglu_segment<T>(px + off, pu + off, po + off, len); });
+    }
   });
   return {out};
 }
@@ -108,30 +167,39 @@ std::vector<Tensor> k_swiglu_backward(const OpCall& c) {
     T* pdx = static_cast<T*>(dgate.data_ptr());
     T* pdu = static_cast<T*>(dup.data_ptr());
     for_blocks(n, [&](int64_t off, int64_t len) {
-      if constexpr (std::is_same_v<T, float>) {
-        using namespace Eigen::internal;
-        using P = cpu::vec::detail::Packet;
-        const P one = pset1<P>(1.0f);
-        packet_loop<3, 2>({pg, px, pu}, {pdx, pdu}, off, len, [&](const auto& in, const auto& o) {
-          const P gv = ploadu<P>(in[0]), x = ploadu<P>(in[1]), u = ploadu<P>(in[2]);
-          const P s = pdiv(one, padd(one, pexp(pnegate(x))));
-          pstoreu(o[1], pmul(gv, pmul(x, s)));
-          pstoreu(o[0], pmul(pmul(gv, u), pmul(s, padd(pmul(x, psub(one, s)), one))));
-        });
-      } else {
-        for (int64_t i = off; i < off + len; ++i) {
-          const T x = px[i], s = T(1) / (T(1) + std::exp(-x));
-          pdu[i] = pg[i] * (x * s);
-          pdx[i] = pg[i] * pu[i] * (s * (x * (T(1) - s) + T(1)));
-        }
-      }
+      swiglu_backward_segment<T>(pg + off, px + off, pu + off, pdx + off, pdu + off, len);
     });
   });
   return {dgate, dup};
 }
 
+/// {g [.., I], gate_up [.., 2I]} -> d [.., 2I] (dgate then dup per row): the gradient of the
+/// joined swiglu(gate_up) in one pass, reading the halves in place.
+std::vector<Tensor> k_swiglu_joined_backward(const OpCall& c) {
+  const Tensor g = contig(c.inputs[0]), gu = contig(c.inputs[1]);
+  const int64_t I = g.dim() > 0 ? g.size(-1) : 0;
+  DTR_CHECK(gu.dim() == g.dim() && gu.size(-1) == 2 * I && gu.numel() == 2 * g.numel() && gu.dtype() == g.dtype(),
+            "swiglu_joined_backward: gradient ", g.sizes(), " ", g.dtype(), " and gate_up ", gu.sizes(), " ",
+            gu.dtype(), " (expected [.., I] and [.., 2I] of one dtype)");
+  Tensor d = empty(gu.sizes(), TensorOptions(gu.dtype()));
+  const int64_t R = I > 0 ? g.numel() / I : 0;
+  cpu::dispatch_floating(g.dtype(), "swiglu_joined_backward", [&](auto tag) {
+    using T = decltype(tag);
+    const T* pg = static_cast<const T*>(g.data_ptr());
+    const T* px = static_cast<const T*>(gu.data_ptr());
+    T* pd = static_cast<T*>(d.data_ptr());
+    for_row_blocks(R, 2 * I, [&](int64_t r0, int64_t r1) {
+      for (int64_t r = r0; r < r1; ++r)
+        swiglu_backward_segment<T>(pg + r * I, px + r * 2 * I, px + r * 2 * I + I, pd + r * 2 * I, pd + r * 2 * I + I,
+                                   I);
+    });
+  });
+  return {d};
+}
+
 DTR_REGISTER_KERNEL("swiglu", DeviceType::CPU, k_swiglu);
 DTR_REGISTER_KERNEL("swiglu_backward", DeviceType::CPU, k_swiglu_backward);
+DTR_REGISTER_KERNEL("swiglu_joined_backward", DeviceType::CPU, k_swiglu_joined_backward);
 
 }  // namespace
 }  // namespace dtr

@@ -1,5 +1,5 @@
-// CUDA kernels of swiglu {gate, up} -> silu(gate) * up and swiglu_backward {g, gate, up} ->
-// {dgate, dup}, same formulas and operation order as ops/cpu/nn_swiglu_kernels.cpp. Inputs are
+// CUDA kernels of swiglu {gate, up} -> silu(gate) * up, swiglu_backward {g, gate, up} ->
+// {dgate, dup} and swiglu_joined_backward {g, gate_up} -> d gate_up (halves of the last dim), same formulas and operation order as ops/cpu/nn_swiglu_kernels.cpp. Inputs are
 // made contiguous; one thread per element (grid-stride). bf16 / f16 compute in f32 and round once.
 //   s = 1 / (1 + exp(-x));  out = x / (1 + exp(-x)) * u
 //   dup = g * (x * s);      dgate = g * u * (s * (x * (1 - s) + 1))
@@ -26,6 +26,19 @@ __global__ void swiglu_backward_kernel(int64_t n, const T* g, const T* gate, con
     const A s = A(1) / (A(1) + exp(-x));
     dup[i] = store<T>(gv * (x * s));
     dgate[i] = store<T>(gv * u * (s * (x * (A(1) - s) + A(1))));
+  }
+}
+
+/// The joined form's gradient: element i of g [R, I] -> dgate / dup at row r of d [R, 2I].
+template <class T>
+__global__ void swiglu_joined_backward_kernel(int64_t n, int64_t I, const T* g, const T* gu, T* d) {
+  using A = acc_t<T>;
+  DTR_GRID_STRIDE_LOOP(i, n) {
+    const int64_t r = i / I, c = i % I, x0 = r * 2 * I + c;
+    const A gv = load(g[i]), x = load(gu[x0]), u = load(gu[x0 + I]);
+    const A s = A(1) / (A(1) + exp(-x));
+    d[x0 + I] = store<T>(gv * (x * s));
+    d[x0] = store<T>(gv * u * (s * (x * (A(1) - s) + A(1))));
   }
 }
 
@@ -75,7 +88,32 @@ std::vector<Tensor> k_swiglu_backward(const OpCall& c) {
   return {dgate, dup};
 }
 
+/// {g [.., I], gate_up [.., 2I]} -> d gate_up [.., 2I].
+std::vector<Tensor> k_swiglu_joined_backward(const OpCall& c) {
+  const Tensor& g0 = c.inputs[0];
+  const Tensor& gu0 = c.inputs[1];
+  const int64_t I = g0.dim() > 0 ? g0.size(-1) : 0;
+  DTR_CHECK(gu0.dim() == g0.dim() && gu0.size(-1) == 2 * I && gu0.numel() == 2 * g0.numel() &&
+                gu0.dtype() == g0.dtype() && is_floating(g0.dtype()),
+            "swiglu_joined_backward: gradient ", g0.sizes(), " ", g0.dtype(), " and gate_up ", gu0.sizes(), " ",
+            gu0.dtype(), " (expected [.., I] and [.., 2I] of one floating dtype)");
+  Tensor d = cuda_empty(gu0.sizes(), gu0.dtype(), gu0);
+  const int64_t n = g0.numel();
+  if (n == 0) return {d};
+  DeviceGuard guard(g0.device());
+  const Tensor g = cuda_contiguous(g0), gu = cuda_contiguous(gu0);
+  cudaStream_t s = cuda::current_stream();
+  dispatch_floating(g.dtype(), "swiglu_joined_backward", [&](auto tag) {
+    using T = decltype(tag);
+    swiglu_joined_backward_kernel<T><<<blocks_for(n), kThreads, 0, s>>>(
+        n, I, static_cast<const T*>(g.data_ptr()), static_cast<const T*>(gu.data_ptr()), static_cast<T*>(d.data_ptr()));
+  });
+  DTR_CUDA_CHECK_LAUNCH();
+  return {d};
+}
+
 DTR_REGISTER_KERNEL("swiglu", DeviceType::CUDA, k_swiglu);
+DTR_REGISTER_KERNEL("swiglu_joined_backward", DeviceType::CUDA, k_swiglu_joined_backward);
 DTR_REGISTER_KERNEL("swiglu_backward", DeviceType::CUDA, k_swiglu_backward);
 
 }  // namespace
