@@ -4,15 +4,20 @@
 // rank (the figure dtr-train reports as peak_mem_bytes) within 10% of the plan's peak, for
 // LoRA under FSDP, full fine-tuning under FSDP (no AC and full AC) and TP (+ FSDP); the load
 // phase's peak against the plan's; and the plan's TP (+ SP) and DDP bytes per step equal to the
-// process-group counters of a real step (2-4 ranks, uneven sequence shards on 3).
+// process-group counters of a real step (2-4 ranks, uneven sequence shards on 3); a pipeline
+// step (pp = world, 1F1B, LoRA and full fine-tuning, tied table) against the pp plan.
 #include <catch2/catch.hpp>
 
 #include <cstdio>
 
 #include "models/lora/inject.h"
 #include "models/transformer/memory_plan.h"
+#include "models/transformer/pipeline_stage.h"
 #include "parallel/clip_grad.h"
 #include "parallel/model_parallelizer.h"
+#include "parallel/pipeline/executor.h"
+#include "parallel/pipeline/parallelize_stage.h"
+#include "parallel/pipeline/tied_weights.h"
 #include "runtime/env.h"
 #include "tensor/allocator.h"
 #include "tensor/meta.h"
@@ -37,6 +42,20 @@ ModelConfig plan_test_config(bool tied) {
   c.tie_word_embeddings = tied;
   c.layer_types.assign(4, "full_attention");
   return c;
+}
+
+/// The model built on meta tensors (seed 11), with rank-8 LoRA on every *_proj when `lora`.
+std::shared_ptr<CausalLM> meta_model(const ModelConfig& c, bool lora) {
+  MetaInitGuard g;
+  manual_seed(11);
+  auto m = std::make_shared<CausalLM>(c);
+  if (lora) {
+    LoraConfig lc;
+    lc.options.r = 8;
+    lc.options.alpha = 16;
+    apply_lora(*m, lc);
+  }
+  return m;
 }
 
 struct Case {
@@ -70,18 +89,7 @@ TEST_CASE("dry-run plan: predicted peak memory per rank within 10% of a real ste
     ctx.build_mesh();
     reset_peak_memory();
     const int64_t before = memory_stats().current;
-    std::shared_ptr<CausalLM> m;
-    {
-      MetaInitGuard g;
-      manual_seed(11);
-      m = std::make_shared<CausalLM>(c);
-      if (k.lora) {
-        LoraConfig lc;
-        lc.options.r = 8;
-        lc.options.alpha = 16;
-        apply_lora(*m, lc);
-      }
-    }
+    std::shared_ptr<CausalLM> m = meta_model(c, k.lora);
     const MemoryPlan plan = plan_memory(*m, ctx, {B, S, 1}, DType::f32);
     parallelize_model(*m, ctx);
     const double load_peak = static_cast<double>(memory_stats().peak - before);
@@ -183,5 +191,63 @@ TEST_CASE("dry-run plan: TP (+ SP) and DDP bytes per step equal the process-grou
     CHECK(static_cast<double>(cnt.nbytes(CommKind::reduce_scatter)) == want.reduce_scatter);
     CHECK(static_cast<double>(cnt.nbytes(CommKind::all_gather)) == want.all_gather);
     m.reset();
+  }
+}
+
+TEST_CASE("dry-run plan: a pipeline step's peak memory (pp = world, 1F1B) within 10% of the plan's", "[memory_plan]") {
+  const int w = world_size();
+  if (w < 2) return;
+  const int64_t S = 128;
+  const int m_total = 2 * w;  // micro-batches of one row each
+  for (const bool lora : {true, false}) {
+    const ModelConfig c = plan_test_config(true);
+    MeshContext ctx;
+    ctx.world_size = w;
+    ctx.pp_size = w;
+    ctx.validate("test");
+    ctx.build_mesh();
+    reset_peak_memory();
+    const int64_t before = memory_stats().current;
+    std::shared_ptr<CausalLM> full = meta_model(c, lora);
+    const MemoryPlan plan = plan_memory(*full, ctx, {1, S, m_total}, DType::f32);
+    auto pp_group = ctx.mesh->group("pp");
+    const int r = pp_group->rank();
+    auto stages = make_pipeline_stages(*full, w, r, 1, {}, "test");
+    parallelize_pipeline_stage(*stages[0], ctx);
+    PipelineExecutor ex(PipelineScheduleKind::OneFOneB, {{stages[0], r}}, w, pp_group);
+    std::vector<Tensor> params;
+    for (auto& p : stages[0]->parameters())
+      if (p.requires_grad()) params.push_back(p);
+    optim::AdamW opt(params);
+    const Tensor tied = tied_stage_weight(*stages[0]);
+    std::vector<Tensor> ids, targets, not_counted;
+    if (tied.defined() && !stages[0]->is_first()) not_counted.push_back(tied);
+    for (int k = 0; k < m_total; ++k) {
+      std::vector<int64_t> v;
+      for (int64_t i = 0; i < S; ++i) v.push_back((i * 7 + k * 3) % c.vocab_size);
+      ids.push_back(from_vector<int64_t>(v, {1, S}));
+      targets.push_back(ids.back());
+    }
+    // As dtr-train's PipelinedModel::step: the fused loss of each micro-batch / m.
+    auto step = [&] {
+      ex.step(ids, [&](int, const Tensor& loss) { return div(loss, static_cast<double>(m_total)); }, targets);
+      if (tied.defined()) sum_tied_gradients(*pp_group, tied, stages[0]->is_first() ? w - 1 : 0);
+      clip_grad_norm(params, 1.0, 2.0, false, pp_group.get(), not_counted);
+      opt.step();
+      opt.zero_grad();
+    };
+    step();  // warm-up: AdamW's state
+    reset_peak_memory();
+    step();
+    // The plan is the pp rank with the largest peak: against the largest measured one.
+    Tensor peak = from_vector<double>({static_cast<double>(memory_stats().peak - before)}, {1});
+    pp_group->all_reduce(peak, ReduceOp::MAX)->wait();
+    const double measured = peak.item<double>();
+    if (r == 0)
+      std::printf("[pp %d] %s: plan peak %.3f MiB (params %.3f acts %.3f) | measured peak %.3f MiB; %s\n", w,
+                  lora ? "LoRA tied" : "full FT tied", plan.peak_bytes / 1048576, plan.param_bytes / 1048576,
+                  plan.activation_bytes / 1048576, measured / 1048576, plan.note.c_str());
+    INFO((lora ? "LoRA" : "full FT") << " pp " << w << ": plan " << plan.peak_bytes << " measured " << measured);
+    CHECK(plan.peak_bytes == Approx(measured).epsilon(0.10));
   }
 }
