@@ -112,6 +112,10 @@ TEST_CASE("grouped_mm splits the work evenly over threads: f32 bit-equal for any
   const Tensor r22 = loop_2x2(a.t(), g, sizes), r22t = loop_2x2(g.t(), a, sizes);
   const Tensor a64 = to_dtype(a, DType::f64), g64 = to_dtype(g, DType::f64);
   const Tensor r22_64 = loop_2x2(a64.t(), g64, sizes);
+  // rank-8 products (LoRA on experts: SGEMM's skinny paths), a row-major and a transposed view;
+  // K = 256 keeps them above the parallel threshold (2 * 600 * 256 * 8 FLOPs)
+  Tensor a8 = rnd({600, 256}, DType::f32), b8 = rnd({7, 256, 8}, DType::f32), at = rnd({256, 600}, DType::f32).t();
+  const Tensor r8 = loop_2x3(a8, b8, sizes), r8t = loop_2x3(at, b8, sizes);
   const int saved = omp_get_max_threads();
   for (int t : {1, 2, 3, 4}) {
     omp_set_num_threads(t);
@@ -121,6 +125,8 @@ TEST_CASE("grouped_mm splits the work evenly over threads: f32 bit-equal for any
     CHECK(max_abs_diff(grouped_mm(a.t(), g, sizes), r22) == 0);
     CHECK(max_abs_diff(grouped_mm(g.t(), a, sizes), r22t) == 0);
     CHECK(max_abs_diff(grouped_mm(a64.t(), g64, sizes), r22_64) < 1e-11);  // f64 (Eigen): within rounding
+    CHECK(max_abs_diff(grouped_mm(a8, b8, sizes), r8) == 0);
+    CHECK(max_abs_diff(grouped_mm(at, b8, sizes), r8t) == 0);
   }
   omp_set_num_threads(saved);
 }
