@@ -113,7 +113,8 @@ constexpr const char* kHelp =
     "views 0) and GB/s against the STREAM triad bandwidth (measured before the model is built, 384 MiB,\n"
     "all ranks at once), GEMM / attention FLOPs and GFLOP/s against the SGEMM peak. Floor step time =\n"
     "(GEMM + attention FLOPs) / SGEMM peak + sum over the other families of bytes / triad bandwidth\n"
-    "(autograd / hooks outside ops: 0), and the MFU it implies.\n"
+    "(autograd / hooks outside ops: 0; the CPU optimizer = the optimizer phase, 28 bytes per local\n"
+    "trainable parameter), and the MFU it implies.\n"
     "Last stdout line: one JSON object (step_ms_median, tokens_per_s, model_flops_per_step, peak_rss_mib,\n"
     "phases{forward_ms, backward_ms, optimizer_ms, comm_exposed_ms, other_ms}, op_families{ms, bytes,\n"
     "flops}, floor{step_ms, mfu, ...}, ...).\n";
@@ -393,6 +394,15 @@ int bench_train_step(int argc, char** argv) {
     }
     double sum_steps = 0;  // the op table's % are of the total time of the timed steps
     for (double t : ph.step) sum_steps += t;
+    if (!gpu) {
+      // The CPU AdamW update runs its kernel directly (no dispatch): its family is the optimizer
+      // phase, moving 28 bytes per local trainable f32 parameter (p, m, v read + written, g read;
+      // trainable / world under FSDP).
+      OpProfileEntry& o = fam["optimizer"];
+      for (double t : ph.opt) o.seconds += t, in_ops += t;
+      o.calls += c.steps;
+      o.bytes += 28.0 * static_cast<double>(trainable) / world * n_steps;
+    }
     std::vector<std::pair<std::string, OpProfileEntry>> fams(fam.begin(), fam.end());
     std::sort(fams.begin(), fams.end(), [](auto& a, auto& b) { return a.second.seconds > b.second.seconds; });
     // Floor: a compute family (GEMM FLOPs, attention FLOPs) at the SGEMM peak, every other family
