@@ -291,10 +291,20 @@ MemoryPlan plan_rank(CausalLM& model, const MeshContext& ctx, const StepShape& s
       max_in_flight = std::max(max_in_flight, in_flight);
     }
     plan.activation_bytes = max_in_flight + T * max_recomputed * P;
-    const double grads = fsdp ? (held ? all_grad_unsharded * R : 2.0 * layer_grad_full * R) + plan.grad_bytes
-                              : plan.grad_bytes;
-    peak = max_in_flight + ce_peak + head_dx + gathered_tables + (fsdp ? (1.0 + depth) * gathered_layer : 0.0) +
-           T * max_recomputed * P + grads;
+    // FSDP in stages (parallel/pipeline/stage_fsdp.h): every unit of the rank is gathered before
+    // the first micro-batch and stays unsharded through the step (reshard_after_forward False),
+    // gradients accumulate on the unsharded leaves, and after the last backward every unit's
+    // reduce-scatter (input and output) is in flight at once before the reshard.
+    double unsharded = 0, grad_shards = 0;
+    for (const auto& [name, u] : units) unsharded += u.unsharded, grad_shards += u.grad_shard;
+    const double gathered_all = fsdp ? unsharded * P : 0.0;
+    const double grads = fsdp ? all_grad_unsharded * R + plan.grad_bytes : plan.grad_bytes;
+    peak = max_in_flight + ce_peak + head_dx + gathered_all + T * max_recomputed * P + grads;
+    if (fsdp) {
+      plan.fsdp_gathered_bytes = gathered_all;
+      plan.fsdp_grad_bytes = all_grad_unsharded * R;
+      peak = std::max(peak, gathered_all + grads + (static_cast<double>(dp_shard) + 1.0) * grad_shards * R);
+    }
   } else {
     double kept_below = T * kept_all * P - T * final_acts * P;
     for (size_t j = mine.size(); j-- > 0;) {

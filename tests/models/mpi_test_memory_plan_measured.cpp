@@ -5,7 +5,8 @@
 // LoRA under FSDP, full fine-tuning under FSDP (no AC and full AC) and TP (+ FSDP); the load
 // phase's peak against the plan's; and the plan's TP (+ SP) and DDP bytes per step equal to the
 // process-group counters of a real step (2-4 ranks, uneven sequence shards on 3); a pipeline
-// step (pp = world, 1F1B, LoRA and full fine-tuning, tied table) against the pp plan.
+// step (pp = world, 1F1B, LoRA and full fine-tuning, tied table; pp 2 x dp 2 with FSDP in the
+// stages on 4 ranks) against the pp plan.
 #include <catch2/catch.hpp>
 
 #include <cstdio>
@@ -17,6 +18,7 @@
 #include "parallel/model_parallelizer.h"
 #include "parallel/pipeline/executor.h"
 #include "parallel/pipeline/parallelize_stage.h"
+#include "parallel/pipeline/stage_fsdp.h"
 #include "parallel/pipeline/tied_weights.h"
 #include "runtime/env.h"
 #include "tensor/allocator.h"
@@ -194,16 +196,25 @@ TEST_CASE("dry-run plan: TP (+ SP) and DDP bytes per step equal the process-grou
   }
 }
 
-TEST_CASE("dry-run plan: a pipeline step's peak memory (pp = world, 1F1B) within 10% of the plan's", "[memory_plan]") {
+TEST_CASE("dry-run plan: a pipeline step's peak memory (pp = world; pp 2 x dp 2) within 10% of the plan's",
+          "[memory_plan]") {
   const int w = world_size();
   if (w < 2) return;
   const int64_t S = 128;
-  const int m_total = 2 * w;  // micro-batches of one row each
-  for (const bool lora : {true, false}) {
-    const ModelConfig c = plan_test_config(true);
+  std::vector<std::pair<int, bool>> runs;  // (pp, LoRA); dp = world / pp (FSDP in the stages)
+  for (const bool lora : {true, false}) runs.push_back({w, lora});
+  if (w == 4) runs.push_back({2, true});
+  for (const auto& [pp, lora] : runs) {
+    const int m_total = 2 * pp;  // micro-batches of one row each (per dp rank)
+    ModelConfig c = plan_test_config(true);
+    if (pp < w) {  // FSDP in stages: more layers per stage than FSDP's 1 + prefetch depth in flight
+      c.num_hidden_layers = 12;
+      c.layer_types.assign(12, "full_attention");
+    }
     MeshContext ctx;
     ctx.world_size = w;
-    ctx.pp_size = w;
+    ctx.pp_size = pp;
+    ctx.dp_size = w / pp;
     ctx.validate("test");
     ctx.build_mesh();
     reset_peak_memory();
@@ -212,9 +223,9 @@ TEST_CASE("dry-run plan: a pipeline step's peak memory (pp = world, 1F1B) within
     const MemoryPlan plan = plan_memory(*full, ctx, {1, S, m_total}, DType::f32);
     auto pp_group = ctx.mesh->group("pp");
     const int r = pp_group->rank();
-    auto stages = make_pipeline_stages(*full, w, r, 1, {}, "test");
+    auto stages = make_pipeline_stages(*full, pp, r, 1, {}, "test");
     parallelize_pipeline_stage(*stages[0], ctx);
-    PipelineExecutor ex(PipelineScheduleKind::OneFOneB, {{stages[0], r}}, w, pp_group);
+    PipelineExecutor ex(PipelineScheduleKind::OneFOneB, {{stages[0], r}}, pp, pp_group);
     std::vector<Tensor> params;
     for (auto& p : stages[0]->parameters())
       if (p.requires_grad()) params.push_back(p);
@@ -224,14 +235,16 @@ TEST_CASE("dry-run plan: a pipeline step's peak memory (pp = world, 1F1B) within
     if (tied.defined() && !stages[0]->is_first()) not_counted.push_back(tied);
     for (int k = 0; k < m_total; ++k) {
       std::vector<int64_t> v;
-      for (int64_t i = 0; i < S; ++i) v.push_back((i * 7 + k * 3) % c.vocab_size);
+      for (int64_t i = 0; i < S; ++i) v.push_back((i * 7 + k * 3 + ctx.dp_rank() * 5) % c.vocab_size);
       ids.push_back(from_vector<int64_t>(v, {1, S}));
       targets.push_back(ids.back());
     }
     // As dtr-train's PipelinedModel::step: the fused loss of each micro-batch / m.
     auto step = [&] {
+      pipeline_unshard(*stages[0]);
       ex.step(ids, [&](int, const Tensor& loss) { return div(loss, static_cast<double>(m_total)); }, targets);
-      if (tied.defined()) sum_tied_gradients(*pp_group, tied, stages[0]->is_first() ? w - 1 : 0);
+      pipeline_reduce_gradients(*stages[0]);
+      if (tied.defined()) sum_tied_gradients(*pp_group, tied, stages[0]->is_first() ? pp - 1 : 0);
       clip_grad_norm(params, 1.0, 2.0, false, pp_group.get(), not_counted);
       opt.step();
       opt.zero_grad();
@@ -241,13 +254,13 @@ TEST_CASE("dry-run plan: a pipeline step's peak memory (pp = world, 1F1B) within
     step();
     // The plan is the pp rank with the largest peak: against the largest measured one.
     Tensor peak = from_vector<double>({static_cast<double>(memory_stats().peak - before)}, {1});
-    pp_group->all_reduce(peak, ReduceOp::MAX)->wait();
+    DeviceMesh::world("plan_peak").group(0)->all_reduce(peak, ReduceOp::MAX)->wait();
     const double measured = peak.item<double>();
-    if (r == 0)
-      std::printf("[pp %d] %s: plan peak %.3f MiB (params %.3f acts %.3f) | measured peak %.3f MiB; %s\n", w,
+    if (rank() == 0)
+      std::printf("[pp %d dp %d] %s: plan peak %.3f MiB (params %.3f acts %.3f) | measured peak %.3f MiB; %s\n", pp, w / pp,
                   lora ? "LoRA tied" : "full FT tied", plan.peak_bytes / 1048576, plan.param_bytes / 1048576,
                   plan.activation_bytes / 1048576, measured / 1048576, plan.note.c_str());
-    INFO((lora ? "LoRA" : "full FT") << " pp " << w << ": plan " << plan.peak_bytes << " measured " << measured);
+    INFO((lora ? "LoRA" : "full FT") << " pp " << pp << " dp " << w / pp << ": plan " << plan.peak_bytes << " measured " << measured);
     CHECK(plan.peak_bytes == Approx(measured).epsilon(0.10));
   }
 }
