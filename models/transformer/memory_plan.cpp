@@ -353,21 +353,24 @@ MemoryPlan plan_rank(CausalLM& model, const MeshContext& ctx, const StepShape& s
 
   // Comm per step (pp: per micro-batch of the schedule).
   const double accum = sv.actions.empty() ? static_cast<double>(st.grad_accum) : sv.microbatches;
+  // FSDP in pipeline stages (stage_fsdp.h): one all-gather and one reduce-scatter per unit and step.
+  const bool stage_fsdp = !sv.actions.empty();
   if (fsdp && dp_shard > 1) {
     CommVolume& v = plan.comm[ctx.cp_size > 1 ? "dp_shard_cp" : "dp_shard"];
     const int64_t last_layer = mine.empty() ? -1 : mine.back();
     for (const auto& [name, u] : units) {
       // Forward gathers every unit; backward again the layers resharded after forward (all but the last).
       const bool resharded = name.rfind("model.layers.", 0) == 0 && name != "model.layers." + std::to_string(last_layer);
-      const bool reshard = ctx.reshard_after_forward.value_or(resharded) && !name.empty() && name != "embed" && name != "head";
-      v.all_gather += accum * (1.0 + (reshard ? 1.0 : 0.0)) * u.shard * P;
-      const double syncs = ctx.defer_fsdp_grad_sync ? 1.0 : accum;
+      const bool reshard = !stage_fsdp && ctx.reshard_after_forward.value_or(resharded) && !name.empty() &&
+                           name != "embed" && name != "head";
+      v.all_gather += (stage_fsdp ? 1.0 : accum) * (1.0 + (reshard ? 1.0 : 0.0)) * u.shard * P;
+      const double syncs = ctx.defer_fsdp_grad_sync || stage_fsdp ? 1.0 : accum;
       if (u.grad_shard > 0) v.reduce_scatter += syncs * static_cast<double>(dp_shard) * u.grad_shard * R;
     }
     if (ctx.dp_replicate_size > 1) {
       double g = 0;
       for (const auto& [name, u] : units) g += u.grad_shard;
-      plan.comm["dp_replicate"].all_reduce += (ctx.defer_fsdp_grad_sync ? 1.0 : accum) * g * R;
+      plan.comm["dp_replicate"].all_reduce += (ctx.defer_fsdp_grad_sync || stage_fsdp ? 1.0 : accum) * g * R;
     }
   }
   if (ddp && ctx.dp_size > 1) {

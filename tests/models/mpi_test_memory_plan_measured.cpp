@@ -251,7 +251,17 @@ TEST_CASE("dry-run plan: a pipeline step's peak memory (pp = world; pp 2 x dp 2)
     };
     step();  // warm-up: AdamW's state
     reset_peak_memory();
+    CommCounters* dp_counters = pp < w ? &ctx.fsdp_mesh().group(0)->counters() : nullptr;
+    if (dp_counters) dp_counters->reset();
     step();
+    // FSDP in the stages: the plan's all-gather / reduce-scatter bytes (one each per unit and
+    // step) equal the dp group's counters, on the ranks of the pp rank the plan describes.
+    if (dp_counters && plan.note.find("pp rank " + std::to_string(r) + "'s") != std::string::npos) {
+      INFO("pp " << pp << " dp " << w / pp << " rank " << rank() << ": " << plan.note);
+      CHECK(static_cast<double>(dp_counters->nbytes(CommKind::all_gather)) == plan.comm.at("dp_shard").all_gather);
+      CHECK(static_cast<double>(dp_counters->nbytes(CommKind::reduce_scatter)) ==
+            plan.comm.at("dp_shard").reduce_scatter);
+    }
     // The plan is the pp rank with the largest peak: against the largest measured one.
     Tensor peak = from_vector<double>({static_cast<double>(memory_stats().peak - before)}, {1});
     DeviceMesh::world("plan_peak").group(0)->all_reduce(peak, ReduceOp::MAX)->wait();
