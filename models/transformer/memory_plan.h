@@ -84,8 +84,10 @@ struct MemoryPlan {
 /// and the activations of the micro-batches its schedule (schedule.h: GPipe all m, 1F1B
 /// pp - rank, interleaved as listed) holds in flight, each of ctx.pipeline.microbatch_size
 /// rows; the plan returned is the rank with the largest peak (MemoryPlan::note names it and
-/// lists every rank's peak), comm "pp" the bytes it sends. The pp figures are a model only: no
-/// test checks them against a real pipeline step yet. cp: tokens / cp per rank.
+/// lists every rank's peak), comm "pp" the bytes it sends; FSDP in the stages keeps every unit
+/// gathered (and its gradients unsharded) for the step, one all-gather / reduce-scatter per unit
+/// and step (checked against real pipeline steps in mpi_test_memory_plan_measured). cp: tokens
+/// / cp per rank.
 /// Errors: a pipeline split the schedule does not take (PipelineConfig::stages_per_rank).
 MemoryPlan plan_memory(CausalLM& model, const MeshContext& ctx, const StepShape& step, DType storage);
 
