@@ -156,15 +156,17 @@ MemoryPlan plan_rank(CausalLM& model, const MeshContext& ctx, const StepShape& s
     all_grad_unsharded += u.grad_unsharded;
   }
   // Units never resharded after forward (the root, untied trainable tables) and their gradients.
-  double tables = 0, tables_grad = 0, tables_grad_shard = 0;
+  double tables = 0, tables_grad = 0;
   for (const char* n : {"", "embed", "head"})
     if (units.count(n)) {
       tables += units[n].unsharded;
       tables_grad += units[n].grad_unsharded;
-      tables_grad_shard += units[n].grad_shard;
     }
   const int depth = ctx.enable_fsdp2_prefetch ? std::max(ctx.fsdp2_forward_prefetch_depth, ctx.fsdp2_backward_prefetch_depth) : 0;
   const bool held = fsdp && ctx.defer_fsdp_grad_sync && st.grad_accum > 1;
+  // FSDP reducing every micro-batch (defer_fsdp_grad_sync false; pp reduces after the last one):
+  // the sharded .grad accumulate over the step's micro-batches.
+  const bool sharded_persist = fsdp && !held && st.grad_accum > 1 && sv.actions.empty();
   if (fsdp) {
     // Tables + current layer + prefetched layers + one all-gather output buffer (a layer's).
     plan.fsdp_gathered_bytes = (tables + (1.0 + depth) * max_layer) * P + static_cast<double>(dp_shard) * max_layer_unit_shard * P;
@@ -246,11 +248,12 @@ MemoryPlan plan_rank(CausalLM& model, const MeshContext& ctx, const StepShape& s
   //  - start of backward (cross_entropy's backward): every kept activation, the logits' peak,
   //    the gathered tables and the last layer (never resharded after forward);
   //  - backward of layer l (L-1 .. 0): kept activations of layers 0..l, layer l recomputed, the
-  //    gathered tables, layer l + the prefetched layers, the gradients so far (FSDP: layer l's
-  //    unsharded gradient + the previous layer's reduce-scatter input, the sharded ones of the
-  //    layers done; otherwise the full gradients of layers >= l and the tables');
-  //  - end of backward: all gradients + the tables' reduce-scatter (their unsharded gradient and
-  //    its chunk_cat copy);
+  //    gathered tables, layer l + the prefetched layers, the gradients so far (FSDP, which keeps
+  //    one earlier reduction in flight: layer l's unsharded gradient + the reduce-scatter input
+  //    and output of the unit reduced before it, the sharded .grad of the units before that;
+  //    otherwise the full gradients of layers >= l and the tables');
+  //  - end of backward: the layers' sharded gradients + the units reduced last (root, untied
+  //    embedding): their unsharded gradient and its chunk_cat copy;
   //  - clip_grad_norm: all gradients + the f64 copy and |g| of the largest local gradient.
   double layer_grad_shard = 0, layer_grad_full = 0;
   for (const auto& [name, u] : units)
@@ -270,7 +273,13 @@ MemoryPlan plan_rank(CausalLM& model, const MeshContext& ctx, const StepShape& s
   const double head_rows = static_cast<double>(c.vocab_size) / t;
   const double head_dx = sv.last ? T * h * F + (P < 4.0 ? (T + head_rows) * h * F : 0.0) : 0.0;
   const double head_dw = sv.last && head_grad > 0 ? head_grad * F + std::min(head_rows, 4096.0) * h * F : 0.0;
-  double peak = T * kept_all * P + ce_peak + gathered_tables + gathered_layer + head_dx + head_dw;
+  // Gradients kept from the step's earlier micro-batches: the unsharded ones held by
+  // defer_fsdp_grad_sync, the sharded .grad when FSDP reduces every micro-batch, the full .grad
+  // without FSDP.
+  const double grads_held = held ? all_grad_unsharded * R
+                                 : sharded_persist || (!fsdp && st.grad_accum > 1) ? plan.grad_bytes : 0.0;
+  double peak = T * kept_all * P + ce_peak + gathered_tables + gathered_layer + head_dx + head_dw + grads_held;
+  double bwd_peak = 0;  // the largest backward point (layers, the head's gradient, end of backward)
   if (!sv.actions.empty()) {
     // Pipeline: the kept activations of every micro-batch in flight on this rank (the schedule's
     // forwards minus backwards per local stage), then the backward point of one layer with every
@@ -312,16 +321,21 @@ MemoryPlan plan_rank(CausalLM& model, const MeshContext& ctx, const StepShape& s
       double live = kept_below + T * recomputed[j] * P + gathered_tables;
       if (fsdp) {
         const double in_flight = std::min<double>(1.0 + depth, static_cast<double>(j) + 1.0);
-        // fully_shard waits for the reduce-scatters when the backward ends: every finished
-        // unit's chunk_cat input (padded, dp_shard x its shard) and output stay until then.
-        const double unit_rs = (static_cast<double>(dp_shard) + 1.0) * R;
-        live += in_flight * gathered_layer +
-                (held ? all_grad_unsharded * R + (done * layer_grad_shard + head_grad_shard) * R
-                      : layer_grad_full * R + (done * layer_grad_shard + head_grad_shard) * unit_rs);
+        // fully_shard keeps one earlier reduction in flight (FSDP2): while layer j's gradient
+        // forms, the unit reduced before it (layer j + 1, or the untied head) holds its chunk_cat
+        // input (padded, dp_shard x its shard) and output; the units before that hold their
+        // sharded .grad only (every unit's after the step's first micro-batch when reduced each).
+        // Held over micro-batches (defer_fsdp_grad_sync), the unsharded gradients of the layers
+        // not reduced yet stay too.
+        const double prev = done >= 1.0 ? layer_grad_shard : head_grad_shard;
+        const double applied = done >= 1.0 ? (done - 1.0) * layer_grad_shard + head_grad_shard : 0.0;
+        live += in_flight * gathered_layer + (static_cast<double>(dp_shard) + 1.0) * prev * R +
+                (sharded_persist ? plan.grad_bytes : applied * S) +
+                (held ? std::max(0.0, all_grad_unsharded - done * layer_grad_full) * R : layer_grad_full * R);
       } else {
         live += ((done + 1.0) * layer_grad_full + tables_grad) * S;
       }
-      peak = std::max(peak, live);
+      bwd_peak = std::max(bwd_peak, live);
       kept_below -= T * kept[j] * P;
     }
   }
@@ -330,23 +344,31 @@ MemoryPlan plan_rank(CausalLM& model, const MeshContext& ctx, const StepShape& s
   // backward when gradients persist over micro-batches (held by defer_fsdp_grad_sync, or no
   // FSDP), and for a tied trainable table in the embedding's backward (its second contribution).
   const bool persist = held || (!fsdp && st.grad_accum > 1);
-  const double grads_held = held ? all_grad_unsharded * R : !fsdp && st.grad_accum > 1 ? plan.grad_bytes : 0.0;
   if (sv.last && head_grad > 0) {
     const double head = T * kept_all * P + head_dx + gathered_tables + gathered_layer + grads_held +
                         (persist ? 2.0 : 1.0) * head_grad * G;
-    peak = std::max(peak, head);
+    bwd_peak = std::max(bwd_peak, head);
   }
-  double grad_shards = 0;
-  for (const auto& [name, u] : units) grad_shards += u.grad_shard;
-  // FSDP: every unit's reduce-scatter input and output until fully_shard waits for them.
-  double bwd_end = fsdp ? gathered_tables + (static_cast<double>(dp_shard) + 1.0) * grad_shards * R : plan.grad_bytes;
+  // FSDP: the units reduced at the end of backward (the root, the untied embedding) form their
+  // unsharded gradient and its chunk_cat copy (dp_shard x the padded shard) beside every other
+  // unit's sharded .grad.
+  double last_grad = 0, last_grad_shard = 0;
+  for (const char* n : {"", "embed"})
+    if (units.count(n)) {
+      last_grad += units[n].grad_unsharded;
+      last_grad_shard += units[n].grad_shard;
+    }
+  double bwd_end = fsdp ? gathered_tables + plan.grad_bytes - (sharded_persist ? 0.0 : last_grad_shard * S) +
+                              (last_grad + static_cast<double>(dp_shard) * last_grad_shard) * R
+                        : plan.grad_bytes;
   if (c.tie_word_embeddings && head_grad > 0 && sv.first)
-    bwd_end = std::max(bwd_end, (fsdp ? plan.grad_bytes + gathered_tables : 0.0) +
-                                    (held ? all_grad_unsharded * R : fsdp ? tables_grad * R : plan.grad_bytes) +
+    bwd_end = std::max(bwd_end, (fsdp ? plan.grad_bytes + gathered_tables + tables_grad * R : plan.grad_bytes) +
                                     2.0 * head_grad * G);
   const double clip = plan.grad_bytes + 2.0 * 8.0 * max_local_grad;  // abs(g.to(f64)): both f64 temporaries
-  peak = std::max({peak, bwd_end, clip});
+  bwd_peak = std::max(bwd_peak, bwd_end);
+  peak = std::max({peak, bwd_peak, clip});
   plan.peak_bytes = plan.param_bytes + plan.optimizer_bytes + peak;
+  plan.backward_peak_bytes = sv.actions.empty() ? plan.param_bytes + plan.optimizer_bytes + bwd_peak : plan.peak_bytes;
   // Load: the shards, + under FSDP one parameter's shard read from the file before fully_shard
   // copies it into the flat shard (without FSDP the block is read into the parameter itself).
   plan.load_peak_bytes = plan.param_bytes + (st.from_file && fsdp ? max_local_param * S : 0.0) + (1 << 20);

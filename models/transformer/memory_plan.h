@@ -15,8 +15,10 @@
 //  - FSDP buffers: gathered units in param_dtype: the tables (root unit, untied trainable
 //    embedding / head: never resharded after forward), the current layer + max(forward, backward
 //    prefetch depth) layers, one all-gather output buffer of a layer; the unsharded gradients of
-//    the unit in flight + its reduce-scatter input in reduce_dtype (all units' unsharded
-//    gradients when defer_fsdp_grad_sync holds them over micro-batches).
+//    the unit in flight + the reduce-scatter input of the unit reduced before it in reduce_dtype
+//    (fully_shard keeps one earlier reduction in flight, FSDP2's; all units' unsharded gradients
+//    when defer_fsdp_grad_sync holds them over micro-batches, each freed once its unit is
+//    reduced in the last one).
 //  - activations of one micro-batch by AC policy, per layer and token, from what dtr's autograd
 //    saves (no AC: the layer input, both normalised inputs, the residual, q / k / v after RoPE,
 //    the attention output and its logsumexp, gate / up / SwiGLU output, LoRA A outputs);
@@ -26,9 +28,11 @@
 //    gradient (2x; vocab-parallel under TP 6.25x: logits, target mask and the 5 temporaries of
 //    dtensor/rules/loss.cpp's dlogits expression), and the input / head-weight gradients it forms.
 //  - peak: params + optimizer state + the largest of the step's points: the loss (all kept
-//    activations + the fused head's peak + gathered tables + last layer), the backward of each
-//    layer (activations below it, its recomputation, gathered layers in flight, gradients so far),
-//    end of backward (all gradients + the tables' reduce-scatter), clip_grad_norm (all gradients
+//    activations + the fused head's peak + gathered tables + last layer + the gradients kept from
+//    earlier micro-batches), the backward of each layer (activations below it, its recomputation,
+//    gathered layers in flight, gradients so far: the sharded .grad of the reduced units, the
+//    previous unit's reduction in flight), end of backward (the sharded gradients + the last
+//    units' reduce-scatter input: root and untied embedding), clip_grad_norm (all gradients
 //    + the f64 copy and |g| of the largest local gradient); a .grad that accumulates (over
 //    micro-batches, or a tied table's second contribution) briefly holds old + new + sum
 //    (autograd/engine.cpp). Checked against the allocator's peak
@@ -71,6 +75,7 @@ struct MemoryPlan {
   double activation_bytes = 0, logits_bytes = 0;
   double load_peak_bytes = 0;  // the load phase: the shards (+ one read block) + 1 MiB
   double peak_bytes = 0;       // params + optimizer + the largest of the step's points (above)
+  double backward_peak_bytes = 0;  // params + optimizer + the largest backward point (pp: peak_bytes)
   std::map<std::string, CommVolume> comm;  // mesh dim ("dp_shard", "dp_replicate", "tp", "dp", "pp") -> bytes
   std::string note;  // pp: which rank the figures are and every pp rank's peak
   /// A multi-line table (what --dry-run prints).
