@@ -1,6 +1,8 @@
 // replicate / DDP (see ddp.h).
 #include "parallel/ddp.h"
 
+#include <unordered_map>
+
 #include "tensor/autograd/grad_mode.h"
 #include "tensor/autograd/node.h"
 #include "tensor/ops.h"
@@ -120,6 +122,12 @@ struct DDPState : nn::ModuleState, std::enable_shared_from_this<DDPState> {
 
 DDPState* find_state(const nn::Module& m) { return m.state<DDPState>(); }
 
+/// The parameters replicate manages (weak: a tensor freed is forgotten).
+std::unordered_map<const TensorImpl*, std::weak_ptr<TensorImpl>>& replicated_params() {
+  static std::unordered_map<const TensorImpl*, std::weak_ptr<TensorImpl>> r;
+  return r;
+}
+
 DDPState* state_of(const nn::Module& m, const char* op) {
   DDPState* s = find_state(m);
   DTR_CHECK(s != nullptr, op, ": replicate was not applied to this ", m.type_name());
@@ -146,6 +154,7 @@ void replicate(nn::Module& module, const DeviceMesh& mesh, const DDPOptions& opt
       st->pg->broadcast(t, 0)->wait();
     }
     if (p.requires_grad()) st->params.push_back(p);
+    replicated_params()[p.impl()] = p.impl_ptr();
     st->all.push_back({fqn, p});
     st->requires_grad.push_back(p.requires_grad());
   }
@@ -196,6 +205,11 @@ void replicate(nn::Module& module, const DeviceMesh& mesh, const DDPOptions& opt
         });
     return std::nullopt;
   });
+}
+
+bool is_replicated_parameter(const Tensor& t) {
+  auto it = replicated_params().find(t.impl());
+  return it != replicated_params().end() && it->second.lock() == t.impl_ptr();
 }
 
 void replicate_set_requires_gradient_sync(nn::Module& module, bool requires_sync) {

@@ -37,6 +37,10 @@ void replicate(nn::Module& module, const DeviceMesh& mesh, const DDPOptions& opt
 /// Gradient accumulation: with false, backward keeps the local gradients (no all-reduce).
 void replicate_set_requires_gradient_sync(nn::Module& module, bool requires_sync);
 
+/// True when `t` is a parameter of a module that replicate was applied to (fully_shard refuses
+/// it: a descendant of a replicated module would be reduced twice).
+bool is_replicated_parameter(const Tensor& t);
+
 /// Number of buckets (tests).
 int replicate_num_buckets(const nn::Module& module);
 

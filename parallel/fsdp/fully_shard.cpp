@@ -8,6 +8,7 @@
 #include <unordered_map>
 
 #include "dtensor/api.h"
+#include "parallel/ddp.h"
 #include "parallel/activation_checkpoint.h"
 #include "tensor/autograd/grad_mode.h"
 #include "tensor/autograd/node.h"
@@ -369,6 +370,9 @@ void fully_shard(nn::Module& module, const DeviceMesh& dp_or_full_mesh, const FS
   std::map<const TensorImpl*, size_t> index;
   for (auto& [fqn, t] : module.named_parameters("", true, /*remove_duplicate=*/false)) {
     if (is_fsdp_dtensor(t)) continue;
+    DTR_CHECK(!is_replicated_parameter(t), "fully_shard(", label, "): parameter \"", fqn, "\" belongs to a module ",
+              "that replicate was applied to (an enclosing module); a parameter takes one data-parallel strategy: ",
+              "replicate or fully_shard");
     auto c = claimed_originals().find(t.impl());
     if (c != claimed_originals().end() && c->second.impl.lock() == t.impl_ptr())
       DTR_ERROR("fully_shard(", label, "): parameter \"", fqn, "\" is shared with ", c->second.desc,

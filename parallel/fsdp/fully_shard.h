@@ -64,7 +64,8 @@
 namespace dtr {
 
 /// Shards `module`'s unclaimed parameters over `mesh` (see the file comment).
-/// Errors: fully_shard (or replicate) already applied to `module`; a parameter also registered in a module
+/// Errors: fully_shard (or replicate) already applied to `module`, or replicate to a module
+/// enclosing it (a parameter replicate manages); a parameter also registered in a module
 /// outside this unit that an earlier unit claimed (tied weights across units; both FQNs named);
 /// a DTensor parameter (TP) with a 1-d `mesh`, living on a dim of `mesh` that is not the last
 /// ("tp last"), or on another mesh than the last dim ("mesh dims do not match"), or a Partial TP placement;

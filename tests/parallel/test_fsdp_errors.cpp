@@ -21,6 +21,13 @@ TEST_CASE("fully_shard: bad input") {
     CHECK_THROWS_WITH(replicate(*b, mesh), Catch::Contains("replicate: fully_shard was already applied to this"));
     CHECK(b->composable_state_keys() == std::vector<std::string>{"fully_shard"});
     CHECK(a->composable_state_keys() == std::vector<std::string>{"replicate"});
+    // A child of a replicated module: its parameters are in the parent's DDP buckets.
+    auto c = make_net();
+    replicate(*c, mesh);
+    CHECK_THROWS_WITH(fully_shard(*c->layers->children()[0], mesh),
+                      Catch::Contains("fully_shard(Block): parameter \"norm.weight\" belongs to a module that "
+                                      "replicate was applied to"));
+    CHECK(c->layers->children()[0]->composable_state_keys().empty());
   }
   SECTION("a parameter shared between units names both FQNs") {
     auto net = make_net();
