@@ -291,13 +291,16 @@ MemoryPlan plan_rank(CausalLM& model, const MeshContext& ctx, const StepShape& s
       if (sv.global_stage[i] == sv.num_stages - 1) stage_kept[i] += final_acts;
       stage_kept[i] *= T * P;
     }
-    double in_flight = 0, max_in_flight = 0;
+    // Each send holds its tensor (a stage output or an input gradient, [tokens, hidden]) until
+    // the step's end, where PipelineExecutor waits for the sends.
+    double in_flight = 0, sent = 0, max_in_flight = 0;
     for (const PipelineAction& a : sv.actions) {
       size_t i = 0;
       while (i < sv.global_stage.size() && sv.global_stage[i] != a.stage) ++i;
-      const double d = a.type == PipelineAction::Forward ? stage_kept[i] : -stage_kept[i];
-      in_flight += d;
-      max_in_flight = std::max(max_in_flight, in_flight);
+      const bool fwd = a.type == PipelineAction::Forward;
+      in_flight += fwd ? stage_kept[i] : -stage_kept[i];
+      if (fwd ? a.stage + 1 < sv.num_stages : a.stage > 0) sent += T * resid * P;
+      max_in_flight = std::max(max_in_flight, in_flight + sent);
     }
     plan.activation_bytes = max_in_flight + T * max_recomputed * P;
     // FSDP in stages (parallel/pipeline/stage_fsdp.h): every unit of the rank is gathered before

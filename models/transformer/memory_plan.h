@@ -89,7 +89,8 @@ struct MemoryPlan {
 /// and the activations of the micro-batches its schedule (schedule.h: GPipe all m, 1F1B
 /// pp - rank, interleaved as listed) holds in flight, each of ctx.pipeline.microbatch_size
 /// rows; the plan returned is the rank with the largest peak (MemoryPlan::note names it and
-/// lists every rank's peak), comm "pp" the bytes it sends; FSDP in the stages keeps every unit
+/// lists every rank's peak), comm "pp" the bytes it sends (each send's tensor held until the
+/// step's end); FSDP in the stages keeps every unit
 /// gathered (and its gradients unsharded) for the step, one all-gather / reduce-scatter per unit
 /// and step (checked against real pipeline steps in mpi_test_memory_plan_measured). cp: tokens
 /// / cp per rank.
