@@ -100,6 +100,12 @@ int bench_gemm(int argc, char** argv) {
       {"lora dB [1024x576]^T @ 1024x8", 1, 576, 1024, 8, false, true},
       {"lora dB [1024x1536]^T @ 1024x8", 1, 1536, 1024, 8, false, true},
       {"attn bmm 9x256x64 @ 9x64x256", 9, 256, 64, 256, false},
+      // Full fine-tune weight gradients (dW = dY^T X, K = tokens; mm_mat2_backward's layout).
+      {"full dW [1024x576]^T @ 1024x576", 1, 576, 1024, 576, false, true},
+      {"full dW [1024x192]^T @ 1024x576", 1, 192, 1024, 576, false, true},
+      {"full dW [1024x1536]^T @ 1024x576", 1, 1536, 1024, 576, false, true},
+      {"full dW [1024x576]^T @ 1024x1536", 1, 576, 1024, 1536, false, true},
+      {"lm_head dW [1024x49152]^T @ 1024x576", 1, 49152, 1024, 576, false, true},
   };
   const bool avx2 = cpu::sgemm_avx2_available(), avx512 = cpu::sgemm_available();
   std::printf("dtr-bench gemm: f32, %d threads (OMP_NUM_THREADS), best of 7; dtr = dtr::mm/bmm (output\n"

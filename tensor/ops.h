@@ -125,6 +125,11 @@ Tensor log_softmax(const Tensor& x, int64_t dim);
 Tensor mm(const Tensor& a, const Tensor& b);
 /// [b,m,k] x [b,k,n] -> [b,m,n].
 Tensor bmm(const Tensor& a, const Tensor& b);
+/// self [m,n] += a [m,k] x b [k,n] in place (torch.Tensor.addmm_ with beta = alpha = 1): the
+/// GEMM's accumulate form, no temporary product when self is contiguous. float32 / float64 (the
+/// same dtype for all three), one device; no autograd: refused while grad mode is on and any
+/// operand requires grad, and when self shares storage with a or b. Bumps self's version.
+Tensor& addmm_(Tensor& self, const Tensor& a, const Tensor& b);
 /// torch.matmul: 1-D/2-D/batched with broadcasting of batch dims.
 Tensor matmul(const Tensor& a, const Tensor& b);
 /// One GEMM per group of rows (mixture-of-experts experts; torch._grouped_mm with offsets =

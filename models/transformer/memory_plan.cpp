@@ -267,12 +267,12 @@ MemoryPlan plan_rank(CausalLM& model, const MeshContext& ctx, const StepShape& s
   const double L = static_cast<double>(mine.size());
   const double G = fsdp ? R : S;
   // The fused head also holds its input gradient [tokens, hidden], f32 copies of a bf16 input and
-  // weight [vocab / tp, hidden], and for a trainable head its f32 weight gradient + one update
-  // term of up to 4096 vocabulary rows (linear_cross_entropy's kSliceRows).
+  // weight [vocab / tp, hidden], and for a trainable head its f32 weight gradient (the chunks'
+  // terms are added in place by the GEMM, addmm_).
   const double F = std::max(P, 4.0);
   const double head_rows = static_cast<double>(c.vocab_size) / t;
   const double head_dx = sv.last ? T * h * F + (P < 4.0 ? (T + head_rows) * h * F : 0.0) : 0.0;
-  const double head_dw = sv.last && head_grad > 0 ? head_grad * F + std::min(head_rows, 4096.0) * h * F : 0.0;
+  const double head_dw = sv.last && head_grad > 0 ? head_grad * F : 0.0;
   // Gradients kept from the step's earlier micro-batches: the unsharded ones held by
   // defer_fsdp_grad_sync, the sharded .grad when FSDP reduces every micro-batch, the full .grad
   // without FSDP.

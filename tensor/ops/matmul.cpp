@@ -1,4 +1,5 @@
-// Matrix products: mm, bmm (kernels), matmul and linear (composed from views + mm/bmm).
+// Matrix products: mm, bmm, addmm_ (kernels), matmul and linear (composed from views + mm/bmm).
+#include "tensor/autograd/grad_mode.h"
 #include "tensor/autograd/node.h"
 #include "tensor/dispatch.h"
 #include "tensor/ops.h"
@@ -53,6 +54,24 @@ Tensor bmm(const Tensor& a, const Tensor& b) {
                    n[1] ? bmm(sa.get("bmm").transpose(1, 2), g[0]) : Tensor()};
     });
   return out;
+}
+
+Tensor& addmm_(Tensor& self, const Tensor& a, const Tensor& b) {
+  DTR_CHECK(self.dim() == 2 && a.dim() == 2 && b.dim() == 2, "addmm_: expected 2-d self, a and b, got ", self.sizes(),
+            ", ", a.sizes(), " and ", b.sizes());
+  DTR_CHECK(a.size(1) == b.size(0) && self.size(0) == a.size(0) && self.size(1) == b.size(1), "addmm_: shapes ",
+            self.sizes(), " += ", a.sizes(), " x ", b.sizes(), " do not match ([m, n] += [m, k] x [k, n])");
+  check_same_dtype(self, a, "addmm_");
+  check_same_dtype(a, b, "addmm_");
+  check_inplace(self, "addmm_");
+  DTR_CHECK(!(grad_enabled() && (a.requires_grad() || b.requires_grad())),
+            "addmm_: records no autograd; an operand requires grad (run it under NoGradGuard)");
+  DTR_CHECK(self.is_distributed() || (self.storage() != a.storage() && self.storage() != b.storage()),
+            "addmm_: self shares storage with an operand");
+  static const OpDef* op = op_def("addmm_");
+  dispatch(OpCall{op, {self, a, b}, {}});
+  self.bump_version();
+  return self;
 }
 
 Tensor matmul(const Tensor& a, const Tensor& b) {

@@ -3,7 +3,8 @@
 // chunk the logits [n, V] are formed (mm: dtr's SGEMM), their loss taken (cross_entropy, f64
 // row sums) and, when a gradient is wanted, the chunk's dlogits (cross_entropy_backward,
 // softmax - onehot) turned at once into dinput rows (dlogits @ weight) and a weight-gradient
-// term (dlogits^T @ input, accumulated in place); the chunk's logits are then dropped. The
+// term (dlogits^T @ input, one GEMM accumulating in place: addmm_); the chunk's logits are
+// then dropped. The
 // backward only scales the saved dinput / dweight by the upstream gradient (in place), so forward +
 // backward cost the three GEMMs of the unfused head (no recompute) and hold O(chunk x V)
 // logits instead of O(N x V). Gradients are formed in the forward only when grad mode is on and
@@ -34,10 +35,6 @@ int64_t auto_chunk(int64_t V) {
   constexpr int64_t kBudget = int64_t{1} << 28;  // bytes of one chunk's f32 logits
   return std::max<int64_t>(16, kBudget / (4 * std::max<int64_t>(V, 1)));
 }
-
-/// Vocabulary rows per slice of a local weight-gradient update (a 10 MiB f32 term at H = 640,
-/// added while still in cache).
-constexpr int64_t kSliceRows = 4096;
 
 /// Non-ignored targets of `t` as a 0-d f64 tensor (a DTensor for DTensor targets).
 Tensor counted(const Tensor& t, int64_t ignore) {
@@ -89,21 +86,14 @@ Tensor linear_cross_entropy(const Tensor& input, const Tensor& weight, const Ten
       const Tensor dlogits = dispatch1(OpCall{ce_bw, {g, logits, tc}, {ignore_index}});
       if (want_dx) dxs.push_back(mm(dlogits, w));
       if (want_dw) {
-        if (dw.defined() ? dw.is_distributed() : w.is_distributed()) {
-          // A DTensor sum (Shard(0) under loss parallel, Partial with the rows sharded):
-          // whole-vocabulary terms, added out of place.
-          const Tensor term = mm(dlogits.t(), xc);
-          dw = dw.defined() ? add(dw, term) : term;
-        } else {
-          // Local: dweight += dlogits^T x in slices of kSliceRows vocabulary rows, added in
-          // place, so no second [V, H] buffer exists.
-          if (!dw.defined()) dw = zeros_like(w);
-          for (int64_t v = 0; v < V; v += kSliceRows) {
-            const int64_t nv = std::min(kSliceRows, V - v);
-            Tensor rows = narrow(dw, 0, v, nv);
-            add_(rows, mm(narrow(dlogits, 1, v, nv).t(), xc));
-          }
-        }
+        // dweight = sum over chunks of dlogits^T x_c, each term one GEMM over the whole
+        // vocabulary: the first chunk's product is dweight; later ones are added in place by
+        // the GEMM itself (addmm_, beta 1: no temporary, no second [V, H] buffer). A DTensor
+        // dweight (Shard(0) under loss parallel, Partial with the rows sharded) adds its terms
+        // out of place (addmm_ has no sharding rule).
+        if (!dw.defined()) dw = mm(dlogits.t(), xc);
+        else if (dw.is_distributed()) dw = add(dw, mm(dlogits.t(), xc));
+        else addmm_(dw, dlogits.t(), xc);
       }
     }
     loss = to_dtype(div(total, denom), input.dtype());

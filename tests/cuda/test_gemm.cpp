@@ -1,6 +1,6 @@
 // cuBLASLt GEMM against the CPU backend: mm / bmm / matmul / linear for f64, f32, bf16, f16,
 // every combination of transposed operands, misaligned views, batch-broadcast weights, the
-// bias epilogue, TF32 opt-in, empty inner dimension; forward and backward.
+// bias epilogue, TF32 opt-in, empty inner dimension, addmm_; forward and backward.
 #include "cuda_test_util.h"
 #include "tensor/ops/cuda/gemm.h"
 
@@ -141,6 +141,28 @@ TEST_CASE("gemm: TF32 is opt-in for f32", "[cuda]") {
   // product of N(0,1) values errs by ~8e-4 (std) and the sum of k = 256 by ~0.013; 0.1 is ~8 std.
   CHECK(testing::compare_with_cpu(mm(a.to(dev), b.to(dev)), ref, 0.1, 1e-2, "tf32") == "");
   cuda::set_allow_tf32(before);
+}
+
+TEST_CASE("gemm: addmm_ (beta 1 into self) equals the CPU's, contiguous and strided self", "[cuda]") {
+  DTR_REQUIRE_CUDA();
+  const Device dev = testing::cuda_device();
+  const int64_t m = 33, k = 47, n = 29;
+  for (DType dt : {DType::f64, DType::f32}) {
+    INFO(dtype_name(dt));
+    const Tensor c0 = randn({m, n + 3}, TensorOptions(dt)), at = randn({k, m}, TensorOptions(dt)).t();
+    const Tensor b = randn({k, n}, TensorOptions(dt));
+    for (bool strided : {false, true}) {
+      INFO("strided self " << strided);
+      Tensor cpu = c0.clone(), gpu = c0.to(dev);
+      Tensor cs = strided ? cpu.narrow(1, 2, n) : cpu.narrow(1, 0, n).contiguous();
+      Tensor gs = strided ? gpu.narrow(1, 2, n) : gpu.narrow(1, 0, n).contiguous();
+      addmm_(cs, at, b);
+      addmm_(gs, at.to(dev), b.to(dev));
+      const std::string msg = testing::compare_with_cpu(strided ? gpu : gs, strided ? cpu : cs, gemm_atol(dt, k),
+                                                        testing::rtol_for(dt), "addmm_");
+      CHECK(msg.empty());
+    }
+  }
 }
 
 TEST_CASE("gemm: empty dims and errors", "[cuda]") {

@@ -1,4 +1,4 @@
-// Matrix products: mm / bmm / matmul / linear against a naive triple loop (contiguous and
+// Matrix products: mm / bmm / matmul / linear / addmm_ against a naive triple loop (contiguous and
 // transposed operands, batch broadcasting, 1-D cases, k = 0), backward against finite
 // differences in f64, and shape errors.
 #include <catch2/catch.hpp>
@@ -150,6 +150,52 @@ TEST_CASE("mm gradients keep their operand's layout (weights used as w.t() get c
   CHECK(bt.grad().is_contiguous());
   CHECK(max_abs_diff(at.grad(), naive_bmm(bt.detach().t(), g.t())) < kF64Tol);  // (g b^T)^T
   CHECK(max_abs_diff(bt.grad(), naive_bmm(g.t(), at.detach().t())) < kF64Tol);  // (a^T g)^T
+}
+
+TEST_CASE("addmm_ adds a x b into self in place (contiguous and strided self, transposed operands)",
+          "[matmul][addmm]") {
+  manual_seed(35);
+  for (DType dt : {DType::f32, DType::f64}) {
+    const double tol = dt == DType::f32 ? kF32Tol : kF64Tol;
+    // 40 x 37 += [64 x 40]^T x 64 x 37: the SGEMM's packed path with a column-major A (the fused
+    // head's dweight += dlogits^T x layout), k over one block; and a row-major A / column-major B.
+    Tensor c0 = rnd({40, 37}, dt), at = rnd({64, 40}, dt).t(), b = rnd({64, 37}, dt);
+    Tensor c = c0.clone();
+    Tensor& r = addmm_(c, at, b);
+    CHECK(&r == &c);
+    CHECK(max_abs_diff(c.to(DType::f64), add(c0.to(DType::f64), naive_bmm(at, b))) < tol);
+    Tensor a = rnd({40, 64}, dt), bt = rnd({37, 64}, dt).t();
+    addmm_(c, a, bt);
+    CHECK(max_abs_diff(c.to(DType::f64), add(add(c0.to(DType::f64), naive_bmm(at, b)), naive_bmm(a, bt))) < 2 * tol);
+    // A strided self (a column slice): product, then an elementwise add; the rest untouched.
+    Tensor big = rnd({40, 50}, dt), before = big.clone();
+    Tensor view = big.narrow(1, 5, 37);
+    REQUIRE_FALSE(view.is_contiguous());
+    addmm_(view, at, b);
+    CHECK(max_abs_diff(big.narrow(1, 5, 37).to(DType::f64), add(before.narrow(1, 5, 37).to(DType::f64),
+                                                                naive_bmm(at, b))) < tol);
+    CHECK(max_abs_diff(big.narrow(1, 0, 5), before.narrow(1, 0, 5)) == 0.0);
+    CHECK(max_abs_diff(big.narrow(1, 42, 8), before.narrow(1, 42, 8)) == 0.0);
+    // k = 0 leaves self unchanged.
+    Tensor e = c0.clone();
+    addmm_(e, zeros({40, 0}, dt), zeros({0, 37}, dt));
+    CHECK(max_abs_diff(e, c0) == 0.0);
+  }
+}
+
+TEST_CASE("addmm_ rejects bad operands", "[matmul][addmm]") {
+  Tensor c = zeros({2, 4});
+  CHECK_THROWS_WITH(addmm_(c, zeros({2, 3}), zeros({2, 4})), Catch::Contains("addmm_") && Catch::Contains("[2, 3]"));
+  CHECK_THROWS_WITH(addmm_(c, zeros({3, 3}), zeros({3, 4})), Catch::Contains("do not match"));
+  CHECK_THROWS_WITH(addmm_(c, zeros({2, 3, 1}), zeros({3, 4})), Catch::Contains("2-d"));
+  CHECK_THROWS(addmm_(c, zeros({2, 3}, DType::f64), zeros({3, 4}, DType::f64)));
+  Tensor i = zeros({2, 4}, DType::i64);
+  CHECK_THROWS_WITH(addmm_(i, zeros({2, 3}, DType::i64), zeros({3, 4}, DType::i64)), Catch::Contains("dtype"));
+  CHECK_THROWS_WITH(addmm_(c, zeros({2, 3}).set_requires_grad(true), zeros({3, 4})), Catch::Contains("requires grad"));
+  Tensor leaf_c = zeros({2, 4}).set_requires_grad(true);
+  CHECK_THROWS_WITH(addmm_(leaf_c, zeros({2, 3}), zeros({3, 4})), Catch::Contains("requires grad"));
+  Tensor sq = zeros({4, 4});
+  CHECK_THROWS_WITH(addmm_(sq, sq.t(), zeros({4, 4})), Catch::Contains("shares storage"));
 }
 
 TEST_CASE("matrix products reject mismatched shapes", "[matmul]") {

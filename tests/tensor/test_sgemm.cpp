@@ -153,6 +153,10 @@ TEST_CASE("sgemm on a layer-sized product, a C past the streaming threshold and 
   check_one(1024, 4200, 64, Layout::Row, Layout::Col, false, 3, g);  // C 17 MB: non-temporal stores
   check_one(8, 1000, 1500, Layout::Row, Layout::Row, true, 0, g);    // small-m path, k > 640
   check_one(1000, 5, 1500, Layout::Col, Layout::Col, false, 0, g);   // the same solved as C^T
+  // Tall weight-gradient layout (A column-major, all of B in L2: A panels packed as they are
+  // used): a C of 16.8 MB in one K block (non-temporal stores), and an accumulate over 3 blocks.
+  check_one(7500, 560, 40, Layout::Col, Layout::Row, false, 0, g);
+  check_one(2000, 100, 1300, Layout::Col, Layout::Row, true, 0, g);
 }
 
 TEST_CASE("sgemm propagates NaN and Inf on every path", "[sgemm]") {
@@ -219,7 +223,9 @@ TEST_CASE("sgemm on 2-3 threads with a short last K block matches the reference"
     int64_t m, n, k;
     Layout la, lb;
   };
-  const Case cases[] = {{130, 32, 641, Layout::Col, Layout::Row}, {300, 64, 1300, Layout::Row, Layout::Row}};
+  const Case cases[] = {{130, 32, 641, Layout::Col, Layout::Row},
+                        {300, 64, 1300, Layout::Row, Layout::Row},
+                        {2000, 100, 1300, Layout::Col, Layout::Row}};  // A panels packed as used
   const int saved = omp_get_max_threads();
   for (const Case& c : cases) {
     INFO("m=" << c.m << " n=" << c.n << " k=" << c.k);

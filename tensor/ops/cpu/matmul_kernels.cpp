@@ -1,4 +1,4 @@
-// CPU kernels of mm and bmm on strided operands (transposed views need no copy).
+// CPU kernels of mm, bmm and addmm_ on strided operands (transposed views need no copy).
 #include "tensor/dispatch.h"
 #include "tensor/ops.h"
 #include "tensor/ops/cpu/gemm.h"
@@ -32,6 +32,30 @@ std::vector<Tensor> k_mm(const OpCall& c) {
   return {out};
 }
 
+/// self += a x b: the GEMM accumulates straight into a contiguous self; another layout takes
+/// the product and an elementwise add.
+std::vector<Tensor> k_addmm_(const OpCall& c) {
+  Tensor self = c.inputs[0];
+  const Tensor a = gemm_operand(c.inputs[1]);
+  const Tensor b = gemm_operand(c.inputs[2]);
+  const int64_t m = a.sizes()[0], k = a.sizes()[1], n = b.sizes()[1];
+  cpu::dispatch_floating(self.dtype(), "addmm_", [&](auto tag) {
+    using T = decltype(tag);
+    auto product = [&](T* out, bool acc) {
+      cpu::gemm<T>(m, n, k, static_cast<const T*>(a.data_ptr()), a.strides()[0], a.strides()[1],
+                   static_cast<const T*>(b.data_ptr()), b.strides()[0], b.strides()[1], out, acc);
+    };
+    if (self.is_contiguous()) {
+      product(static_cast<T*>(self.data_ptr()), true);
+    } else {
+      Tensor p = empty({m, n}, TensorOptions(self.dtype()));
+      product(static_cast<T*>(p.data_ptr()), false);
+      cpu::binary_loop<T, T>(self, p, self, [](T x, T y) { return x + y; });
+    }
+  });
+  return {self};
+}
+
 std::vector<Tensor> k_bmm(const OpCall& c) {
   const Tensor a = gemm_operand(c.inputs[0]);
   const Tensor b = gemm_operand(c.inputs[1]);
@@ -59,6 +83,7 @@ std::vector<Tensor> k_bmm(const OpCall& c) {
 
 DTR_REGISTER_KERNEL("mm", DeviceType::CPU, k_mm);
 DTR_REGISTER_KERNEL("bmm", DeviceType::CPU, k_bmm);
+DTR_REGISTER_KERNEL_EXACT("addmm_", DeviceType::CPU, k_addmm_);
 
 }  // namespace
 }  // namespace dtr

@@ -2,6 +2,7 @@
 #include "tensor/ops/cpu/sgemm.h"
 
 #include <omp.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <array>
@@ -30,6 +31,8 @@ thread_local Scratch t_apack, t_bshared, t_bprivate;
 }  // namespace sgemm_detail
 
 namespace {
+
+thread_local Scratch t_apanel;  // one packed A panel per worker (row_split_a_streaming)
 
 /// Register tile: C[0:M, 0:32] (+)= Apanel[kc x 14 (first M used)] * Bpanel[kc x 32].
 template <int M>
@@ -142,24 +145,67 @@ void pack_b(const float* B, int64_t b_rs, int64_t b_cs, int64_t cols, int64_t kc
 }
 
 
+/// Row panel ip (packed A at a) times packed B panels [q0, q1) of the column block at panel jc
+/// (panel jc + q at bp + q*NR*kc), one K block of depth kc.
+inline void panel_times(const Problem& P, int64_t kc, Put add, const float* a, int64_t ip, const float* bp,
+                        int64_t jc, int64_t q0, int64_t q1) {
+  const int64_t rows = std::min<int64_t>(MR, P.m - ip * MR);
+  const KernelFn kern = kKernels[rows - 1];
+  float* crow = P.C + ip * MR * P.ldc;
+  for (int64_t q = q0; q < q1; ++q) {
+    const int64_t col0 = (jc + q) * NR, cols = std::min<int64_t>(NR, P.n - col0);
+    kern(kc, a, bp + q * NR * kc, crow + col0, P.ldc, mask_of(cols), mask_of(cols > 16 ? cols - 16 : 0), add);
+  }
+}
+
 /// Tiles of row panels [i0, i1) x column panels [jc, jc + jn) for one K block of depth kc,
 /// packed A in ap (panel ip at ap + ip*MR*kcb: the stride is the fixed block depth kcb >= kc, so
 /// the panels of a short last block never overlap another thread's panels of the previous
 /// block), packed B in bp (panel jc + q at bp + q*NR*kc).
 void compute(const Problem& P, int64_t kc, int64_t kcb, Put add, const float* ap, int64_t i0, int64_t i1,
              const float* bp, int64_t jc, int64_t jn) {
-  for (int64_t js = 0; js < jn; js += NSUB_PANELS) {
-    const int64_t je = std::min(jn, js + NSUB_PANELS);
-    for (int64_t ip = i0; ip < i1; ++ip) {
-      const int64_t rows = std::min<int64_t>(MR, P.m - ip * MR);
-      const KernelFn kern = kKernels[rows - 1];
-      const float* a = ap + ip * MR * kcb;
-      float* crow = P.C + ip * MR * P.ldc;
-      for (int64_t q = js; q < je; ++q) {
-        const int64_t col0 = (jc + q) * NR, cols = std::min<int64_t>(NR, P.n - col0);
-        kern(kc, a, bp + q * NR * kc, crow + col0, P.ldc, mask_of(cols), mask_of(cols > 16 ? cols - 16 : 0), add);
+  for (int64_t js = 0; js < jn; js += NSUB_PANELS)
+    for (int64_t ip = i0; ip < i1; ++ip)
+      panel_times(P, kc, add, ap + ip * MR * kcb, ip, bp, jc, js, std::min(jn, js + NSUB_PANELS));
+}
+
+/// Bytes of packed B one core keeps in its L2 while A panels stream past: 3/4 of the L2
+/// (sysconf; 1 MiB assumed when unknown), the rest for the A panel, C tiles and the source of A.
+int64_t l2_b_bytes() {
+  static const int64_t bytes = [] {
+    const long l2 = sysconf(_SC_LEVEL2_CACHE_SIZE);
+    return (l2 > 0 ? static_cast<int64_t>(l2) : int64_t{1} << 20) * 3 / 4;
+  }();
+  return bytes;
+}
+
+/// Row split with all of B in L2 (n up to ~576 columns at kc 512 on a 2 MB L2: the weight
+/// gradients and lm_head's tall products): per K block a thread packs all of B, then packs each
+/// of its A panels just before using it (into an L1-sized buffer) and runs it over every B
+/// panel. A is read once from its source and never written back packed (the general loop packs
+/// a thread's whole A slice first, m x kc floats, 100 MB at m = 49152, and re-reads it once per
+/// 256-column B sub-block).
+void row_split_a_streaming(const Problem& P, int nt, int64_t kcb) {
+  const int64_t mp = (P.m + MR - 1) / MR, np = (P.n + NR - 1) / NR;
+  const bool stream = !P.accumulate && P.k <= kcb && P.m * P.ldc * int64_t(sizeof(float)) >= STREAM_BYTES;
+#pragma omp parallel num_threads(nt) if (nt > 1)
+  {
+    const int T = omp_get_num_threads(), t = omp_get_thread_num();
+    const auto [i0, i1] = part(mp, T, t);
+    float* bp = t_bprivate.get_in_parallel(static_cast<size_t>(kcb * np * NR));
+    float* ap = t_apanel.get_in_parallel(static_cast<size_t>(kcb * MR));
+    for (int64_t pc = 0; pc < P.k; pc += kcb) {
+      const int64_t kc = std::min(kcb, P.k - pc);
+      const Put add = P.accumulate || pc > 0 ? Put::Add : stream ? Put::Stream : Put::Store;
+      for (int64_t q = 0; q < np; ++q)
+        pack_b(P.B + q * NR * P.b_cs + pc * P.b_rs, P.b_rs, P.b_cs, std::min<int64_t>(NR, P.n - q * NR), kc,
+               bp + q * NR * kc);
+      for (int64_t ip = i0; ip < i1; ++ip) {
+        pack_a(P.A + ip * MR * P.a_rs + pc * P.a_cs, P.a_rs, P.a_cs, std::min<int64_t>(MR, P.m - ip * MR), kc, ap);
+        panel_times(P, kc, add, ap, ip, bp, 0, 0, np);
       }
     }
+    if (stream) _mm_sfence();
   }
 }
 
@@ -172,6 +218,8 @@ void general(const Problem& P, int nt) {
   // into one of two buffers, alternating per K block, one barrier per K block; each thread packs
   // and uses its own B panels.
   const bool row_split = nt == 1 || (mp >= 4 * nt && P.n <= 8 * P.m);
+  if (row_split && np <= NC_PANELS && kcb * np * NR * int64_t(sizeof(float)) <= l2_b_bytes())
+    return row_split_a_streaming(P, nt, kcb);
   // Non-temporal stores when C is written once (one K block) and is larger than STREAM_BYTES.
   const bool stream = !P.accumulate && nkb == 1 && P.m * P.ldc * int64_t(sizeof(float)) >= STREAM_BYTES;
   const size_t a_size = static_cast<size_t>(mp * MR * kcb);

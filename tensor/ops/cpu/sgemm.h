@@ -11,7 +11,10 @@
 // at most 2048 columns at a time; a 14x32 register tile (28 zmm accumulators, one broadcast
 // from A and two loads from B per k) does the FMAs. Loop nest per thread: 256-column B
 // sub-block (kc x 256, L2 resident) > 14-row A panel (kc x 14 <= 35 KB, L1 resident) >
-// 32-column B panel. Threads split the row panels (each packs its own A rows and all of B, no
+// 32-column B panel; when a thread's packed B of the K block fits 3/4 of the L2 (n <= ~576 at kc
+// 512 on a 2 MB L2: weight gradients, lm_head's tall dW / dX) it is all one sub-block and each A
+// panel is packed just before its use instead (A read once from its source, no m x kc packed
+// copy). Threads split the row panels (each packs its own A rows and all of B, no
 // barrier) or, for a very wide B (lm_head forward) or few rows, the column panels (A packed by
 // all into one of two alternating buffers, one barrier per K block). Edge rows use a kernel
 // instantiated for that row count, edge columns masked loads/stores of C; a C of 16 MB or more

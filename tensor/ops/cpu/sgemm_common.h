@@ -12,8 +12,8 @@ namespace dtr::cpu::sgemm_detail {
 
 /// Grow-only 64-byte aligned scratch (one per thread and role; reused across calls). Not counted
 /// by memory_stats(): the packed A of one K block (m x kc floats, kc <= 640; twice that in the
-/// column split; 126 MB for a full fine-tune's lm_head weight gradient, m = 49152) on the
-/// calling thread, plus kc x 2048 floats of packed B per worker. get() throws dtr::Error when out of memory;
+/// column split; none when B fits the L2 and A panels are packed as used) on the calling
+/// thread, plus kc x 2048 floats of packed B per worker. get() throws dtr::Error when out of memory;
 /// get_in_parallel() is for OpenMP workers, where an exception cannot leave the region: it
 /// prints the same message and aborts.
 struct Scratch {

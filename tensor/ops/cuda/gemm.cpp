@@ -1,4 +1,4 @@
-// cuBLASLt GEMM and the CUDA kernels of mm / bmm (see gemm.h).
+// cuBLASLt GEMM and the CUDA kernels of mm / bmm / addmm_ (see gemm.h).
 #include "tensor/ops/cuda/gemm.h"
 
 #ifdef DTR_WITH_CUDA
@@ -120,10 +120,11 @@ void make_layout(Layout& L, cudaDataType_t t, int64_t rows, int64_t cols, int64_
 
 /// D [batch x (n x m) column-major, ld n] = opA(A) opB(B) (+ bias over rows of D), where in
 /// row-major terms out[m, n] = a[m, k] b[k, n]: A describes b^T, B describes a^T.
+/// accumulate: D += (beta 1, D read as C), else D = (beta 0).
 /// Returns false when cuBLASLt's heuristic has no algorithm (e.g. for the bias epilogue, or
 /// for unusual alignments); the caller then falls back (bias added separately, aligned copies).
 bool lt_matmul(const Operand& A, const Operand& B, void* D, int64_t m, int64_t n, int64_t k, int64_t batch,
-               DType dt, const void* bias) {
+               DType dt, const void* bias, bool accumulate = false) {
   const Types ty = types_for(dt);
   const int dev = current_device();
   cudaStream_t stream = current_stream();
@@ -147,7 +148,7 @@ bool lt_matmul(const Operand& A, const Operand& B, void* D, int64_t m, int64_t n
   const std::string key =
       detail::cat(dev, '|', static_cast<int>(dt), '|', static_cast<int>(ty.compute), '|', opa, opb, '|', m, ',', n,
                   ',', k, ',', batch, '|', A.ld, ',', B.ld, ',', A.batch_stride, ',', B.batch_stride, '|', al_a, ',',
-                  al_b, ',', al_d, '|', bias ? alignment(bias) : 0u);
+                  al_b, ',', al_d, '|', bias ? alignment(bias) : 0u, '|', accumulate);
   cublasLtMatmulHeuristicResult_t heur{};
   bool cached = false;
   {
@@ -187,7 +188,8 @@ bool lt_matmul(const Operand& A, const Operand& B, void* D, int64_t m, int64_t n
   const float one_f = 1.0f, zero_f = 0.0f;
   const double one_d = 1.0, zero_d = 0.0;
   const void* alpha = ty.scale == CUDA_R_64F ? static_cast<const void*>(&one_d) : static_cast<const void*>(&one_f);
-  const void* beta = ty.scale == CUDA_R_64F ? static_cast<const void*>(&zero_d) : static_cast<const void*>(&zero_f);
+  const void* beta = ty.scale == CUDA_R_64F ? static_cast<const void*>(accumulate ? &one_d : &zero_d)
+                                             : static_cast<const void*>(accumulate ? &one_f : &zero_f);
   DTR_CUBLAS_CHECK(cublasLtMatmul(lt_handle(), desc.d, alpha, A.ptr, la.l, B.ptr, lb.l, beta, D, ld.l, D, ld.l,
                                   &heur.algo, workspace(dev, stream), kWorkspaceBytes, stream));
   return true;
@@ -288,8 +290,30 @@ namespace {
 std::vector<Tensor> k_mm(const OpCall& c) { return {gemm(c.inputs[0], c.inputs[1])}; }
 std::vector<Tensor> k_bmm(const OpCall& c) { return {gemm(c.inputs[0], c.inputs[1])}; }
 
+/// self += a @ b: cuBLASLt with beta 1 into a contiguous self; other layouts (or no algorithm)
+/// take the product and an add.
+std::vector<Tensor> k_addmm_(const OpCall& c) {
+  Tensor self = c.inputs[0];
+  const Tensor& a = c.inputs[1];
+  const Tensor& b = c.inputs[2];
+  DTR_CHECK(self.device().is_cuda() && a.device() == self.device() && b.device() == self.device(),
+            "addmm_: self on ", self.device(), ", operands on ", a.device(), " and ", b.device(),
+            " (expected one CUDA device)");
+  const int64_t m = a.size(0), k = a.size(1), n = b.size(1);
+  if (self.is_contiguous() && self.numel() > 0 && k > 0) {
+    DeviceGuard guard(self.device().index);
+    Tensor ha, hb;
+    const Operand A = operand(b, hb);  // b^T
+    const Operand Bop = operand(a, ha);  // a^T
+    if (lt_matmul(A, Bop, self.data_ptr(), m, n, k, 1, self.dtype(), nullptr, true)) return {self};
+  }
+  add_(self, gemm(a, b));
+  return {self};
+}
+
 DTR_REGISTER_KERNEL("mm", DeviceType::CUDA, k_mm);
 DTR_REGISTER_KERNEL("bmm", DeviceType::CUDA, k_bmm);
+DTR_REGISTER_KERNEL_EXACT("addmm_", DeviceType::CUDA, k_addmm_);
 
 }  // namespace
 }  // namespace dtr::cuda
