@@ -4,7 +4,8 @@
 // accumulate on/off, ldc > n, K split into several blocks, k = 0, and bitwise equality of
 // results across thread counts. Skipped in builds without AVX-512. The AVX2 twin
 // (sgemm_avx2.h) against the same reference: odd shapes around its 6x16 tile, every layout,
-// K blocks, accumulate, ldc > n, thread-count independence.
+// K blocks, accumulate, ldc > n, thread-count independence. gemm.cpp's avx2+eigen dispatch (the
+// default without AVX-512; tensor_test_sgemm_avx2_eigen runs it with DTR_SGEMM=avx2+eigen).
 #include <omp.h>
 
 #include <catch2/catch.hpp>
@@ -14,6 +15,7 @@
 #include <random>
 #include <vector>
 
+#include "tensor/ops/cpu/gemm.h"
 #include "tensor/ops/cpu/sgemm.h"
 #include "tensor/ops/cpu/sgemm_avx2.h"
 
@@ -325,4 +327,41 @@ TEST_CASE("sgemm_avx2 with k = 0 and on 1-3 threads gives the same bits", "[sgem
                                 make_operand(c.k, c.n, c.lb, 1, g), 20);
   }
   omp_set_num_threads(saved);
+}
+
+TEST_CASE("gemm's avx2+eigen dispatch: the AVX2 kernel for k <= 64 or m <= 8, Eigen elsewhere", "[avx2_eigen]") {
+  using dtr::cpu::avx2_kernel_preferred;
+  // The rule on dtr-bench gemm's shapes (T = 1024 tokens, LoRA rank 8).
+  CHECK(avx2_kernel_preferred(1024, 1536, 8));   // lora 1024x8 @ 8x1536
+  CHECK(avx2_kernel_preferred(8, 576, 1024));    // lora dA
+  CHECK(avx2_kernel_preferred(256, 256, 64));    // attention bmm
+  CHECK_FALSE(avx2_kernel_preferred(1024, 8, 1536));  // lora 1024x1536 @ [8x1536]^T
+  CHECK_FALSE(avx2_kernel_preferred(576, 8, 1024));   // lora dB
+  CHECK_FALSE(avx2_kernel_preferred(1024, 576, 576)); // layer
+  if (dtr::cpu::sgemm_kernel() != dtr::cpu::SgemmKernel::avx2_eigen) {
+    WARN("gemm<float> does not run avx2+eigen here (DTR_SGEMM=avx2+eigen selects it): dispatch not tested");
+    return;
+  }
+  std::mt19937 g(23);
+  const GemmFn via_gemm = [](int64_t m, int64_t n, int64_t k, const float* A, int64_t a_rs, int64_t a_cs,
+                             const float* B, int64_t b_rs, int64_t b_cs, float* C, int64_t ldc, bool acc) {
+    REQUIRE(ldc == n);
+    dtr::cpu::gemm<float>(m, n, k, A, a_rs, a_cs, B, b_rs, b_cs, C, acc);
+  };
+  struct Case {
+    int64_t m, n, k;
+    Layout la, lb;
+  };
+  // k <= 64 and m <= 8 go to sgemm_avx2: the same bits; the others to Eigen: within the bound.
+  for (const Case& c : {Case{100, 70, 8, Layout::Row, Layout::Col}, Case{8, 300, 100, Layout::Col, Layout::Row},
+                        Case{100, 8, 577, Layout::Row, Layout::Col}, Case{130, 90, 200, Layout::Col, Layout::Row}}) {
+    INFO("m=" << c.m << " n=" << c.n << " k=" << c.k);
+    check_one(c.m, c.n, c.k, c.la, c.lb, false, 0, g, via_gemm);
+    check_one(c.m, c.n, c.k, c.la, c.lb, true, 0, g, via_gemm);
+    const Operand A = make_operand(c.m, c.k, c.la, 1, g), B = make_operand(c.k, c.n, c.lb, 1, g);
+    std::vector<float> viag(static_cast<size_t>(c.m * c.n)), kern(viag.size());
+    via_gemm(c.m, c.n, c.k, A.buf.data(), A.rs, A.cs, B.buf.data(), B.rs, B.cs, viag.data(), c.n, false);
+    sgemm_avx2(c.m, c.n, c.k, A.buf.data(), A.rs, A.cs, B.buf.data(), B.rs, B.cs, kern.data(), c.n, false);
+    if (avx2_kernel_preferred(c.m, c.n, c.k)) CHECK(std::memcmp(viag.data(), kern.data(), kern.size() * 4) == 0);
+  }
 }

@@ -49,9 +49,14 @@ SgemmKernel sgemm_kernel() {
       return SgemmKernel::avx2;
     }
     if (want == "eigen") return SgemmKernel::eigen;
-    // Without AVX-512 the default is Eigen: dtr's AVX2 kernel ran at 0.83-1.03x AVX2 Eigen on the
-    // layer shapes (README "Results", dtr-bench gemm), so it is opt-in.
-    return sgemm_available() ? SgemmKernel::avx512 : SgemmKernel::eigen;
+    if (want == "avx2+eigen") {
+      DTR_CHECK(sgemm_avx2_available(), "DTR_SGEMM=avx2+eigen: this build or CPU has no AVX2 + FMA");
+      return SgemmKernel::avx2_eigen;
+    }
+    // Without AVX-512: per shape, dtr's AVX2 kernel where it beats AVX2 Eigen (avx2_kernel_preferred),
+    // Eigen elsewhere; Eigen alone without AVX2.
+    if (sgemm_available()) return SgemmKernel::avx512;
+    return sgemm_avx2_available() ? SgemmKernel::avx2_eigen : SgemmKernel::eigen;
   }();
   return k;
 }
@@ -61,8 +66,17 @@ const char* sgemm_kernel_name(SgemmKernel k) {
     case SgemmKernel::avx512: return "avx512";
     case SgemmKernel::avx2: return "avx2";
     case SgemmKernel::eigen: return "eigen";
+    case SgemmKernel::avx2_eigen: return "avx2+eigen";
   }
   return "?";
+}
+
+bool avx2_kernel_preferred(int64_t m, int64_t n, int64_t k) {
+  (void)n;
+  // dtr-bench gemm, quiet run of 2026-12-01 (2 threads, AVX2 kernel / AVX2 Eigen): k <= 64 (LoRA's
+  // rank-8 up-projections 1.36-2.10x, attention's 64-deep bmm 1.14x) and m <= 8 (LoRA dA 1.55-1.94x)
+  // win; the packed layer / square shapes (0.86-0.99x) and the n = 8 skinny ones (0.49-0.69x) lose.
+  return k <= 64 || m <= 8;
 }
 
 template <class T>
@@ -73,6 +87,12 @@ void gemm(int64_t m, int64_t n, int64_t k, const T* A, int64_t a_rs, int64_t a_c
     switch (sgemm_kernel()) {
       case SgemmKernel::avx512: sgemm(m, n, k, A, a_rs, a_cs, B, b_rs, b_cs, C, n, accumulate); return;
       case SgemmKernel::avx2: sgemm_avx2(m, n, k, A, a_rs, a_cs, B, b_rs, b_cs, C, n, accumulate); return;
+      case SgemmKernel::avx2_eigen:
+        if (avx2_kernel_preferred(m, n, k)) {
+          sgemm_avx2(m, n, k, A, a_rs, a_cs, B, b_rs, b_cs, C, n, accumulate);
+          return;
+        }
+        break;
       case SgemmKernel::eigen: break;
     }
   }

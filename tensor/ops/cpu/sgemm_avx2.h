@@ -7,8 +7,9 @@
 // the same thread split (row panels, or column panels for a wide B or few rows, each thread
 // packing its own operands: no barrier). Edge tiles go through a 6x16 buffer. Every shape takes
 // the packed path (no skinny special cases). Compiled with -march=x86-64-v3 whatever the
-// kernel architecture, so an AVX-512 build can run it too (DTR_SGEMM=avx2, for tests and
-// dtr-bench gemm). Deterministic like sgemm.h: each C element is one FMA chain per K block in a
+// kernel architecture, so an AVX-512 build can run it too (DTR_SGEMM=avx2 or avx2+eigen, for
+// tests and dtr-bench gemm). Without AVX-512, gemm.cpp runs it where avx2_kernel_preferred()
+// (k <= 64 or m <= 8) and Eigen elsewhere. Deterministic like sgemm.h: each C element is one FMA chain per K block in a
 // fixed order, independent of the thread count.
 #include <cstdint>
 
