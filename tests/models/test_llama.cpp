@@ -10,6 +10,7 @@
 #include "gradcheck.h"
 #include "models/formats/safetensors.h"
 #include "models/transformer/load.h"
+#include "tensor/profiler.h"
 #include "tensor/random.h"
 #include "test_util.h"
 
@@ -107,6 +108,25 @@ TEST_CASE("Llama: causal (a later token does not change earlier logits), batch r
   CHECK(max_abs_diff(narrow(la, 1, 5, 1), narrow(lb, 1, 5, 1)) > 1e-4);
   Tensor ab = m.forward(cat({a, b}, 0));
   CHECK(max_abs_diff(narrow(ab, 0, 0, 1), la) < 1e-6);
+}
+
+TEST_CASE("Llama: attention reads and writes the projections' layout (no copy in forward + backward)") {
+  // q / k / v leave their projections as [B, T, H * D]; RoPE and sdpa read them as [B, H, T, D]
+  // views and write in that memory order, so no transpose or reshape of the step copies (T = 7:
+  // an uneven, partial block; the debug config has GQA).
+  manual_seed(4);
+  LlamaForCausalLM m(llama_debug_config());
+  Tensor ids = to_dtype(mul(rand({2, 7}), 100.0), DType::i64);
+  reset_op_profile();
+  {
+    OpProfilerScope prof;
+    m.forward_loss(ids, ids).backward();
+  }
+  for (const OpProfileEntry& e : op_profile()) {
+    INFO(e.name);
+    CHECK((e.name != "clone" && e.name != "contiguous" && e.name != "copy_"));
+  }
+  reset_op_profile();
 }
 
 TEST_CASE("causal_lm_loss: shift, ignore_index, unshifted form") {

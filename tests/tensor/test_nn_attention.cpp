@@ -1,13 +1,16 @@
 // scaled_dot_product_attention (flash-style kernels) against a naive reference that
 // materialises the T x S scores: T != S, GQA, causal (bottom-right aligned) and not, sizes
 // that are not multiples of the 64 x 64 blocks, non-contiguous inputs; backward against the
-// reference's autograd and against finite differences; bad shapes.
+// reference's autograd and against finite differences; the projections' [B, T, H, D] layout
+// read and written in place (rope + sdpa without layout copies) against contiguous inputs; bad
+// shapes.
 #include <catch2/catch.hpp>
 #include <cmath>
 #include <limits>
 
 #include "gradcheck.h"
 #include "tensor/dispatch.h"
+#include "tensor/profiler.h"
 #include "tensor/random.h"
 
 using namespace dtr;
@@ -164,6 +167,92 @@ TEST_CASE("sdpa backward matches finite differences", "[attention][grad]") {
   // empty query length
   CHECK(scaled_dot_product_attention(leaf({1, 2, 0, 4}), leaf({1, 2, 3, 4}), leaf({1, 2, 3, 4})).sizes() ==
         Shape{1, 2, 0, 4});
+}
+
+namespace {
+
+/// The model's attention core on projection outputs [B, T, H * D]: view to [B, T, H, D],
+/// transpose to [B, H, T, D], RoPE on q and k, causal sdpa, back to [B, T, Hq * D]. `copies`
+/// makes every [B, H, T, D] operand contiguous first (the layout the kernels saw before they
+/// read the projections in place), the reference of the strided path.
+Tensor attention_core(const Tensor& q2, const Tensor& k2, const Tensor& v2, int64_t D, const Tensor& cos,
+                      const Tensor& sin, bool copies) {
+  const int64_t B = q2.size(0), T = q2.size(1);
+  auto heads = [&](const Tensor& x) {
+    Tensor t = transpose(view(x, {B, T, -1, D}), 1, 2);
+    return copies ? contiguous(t) : t;
+  };
+  Tensor q = rotary_embedding(heads(q2), cos, sin), k = rotary_embedding(heads(k2), cos, sin), v = heads(v2);
+  if (copies) q = contiguous(q), k = contiguous(k);
+  Tensor o = scaled_dot_product_attention(q, k, v, true);
+  if (copies) o = contiguous(o);
+  return reshape(transpose(o, 1, 2), {B, T, -1});
+}
+
+/// Calls of layout-copy ops in the op profile.
+int64_t copy_calls() {
+  int64_t n = 0;
+  for (const OpProfileEntry& e : op_profile())
+    if (e.name == "clone" || e.name == "contiguous" || e.name == "copy_") n += e.calls;
+  return n;
+}
+
+}  // namespace
+
+TEST_CASE("sdpa and rope on the projections' [B, T, H, D] layout: no copies, results of contiguous inputs",
+          "[attention][rope][grad]") {
+  // GQA (Hq 6, Hkv 2; Hq 3, Hkv 1), T not a multiple of the 64-query / 128-key blocks, T = 5.
+  manual_seed(37);
+  struct Case { int64_t B, Hq, Hkv, T, D; };
+  for (const Case& c : {Case{2, 6, 2, 70, 8}, Case{1, 3, 1, 5, 4}, Case{1, 4, 4, 130, 6}}) {
+    INFO("B=" << c.B << " Hq=" << c.Hq << " Hkv=" << c.Hkv << " T=" << c.T << " D=" << c.D);
+    auto [cos, sin] = rope_tables(c.T, c.D, 10000.0, 0, DType::f64);
+    std::vector<Tensor> in{leaf({c.B, c.T, c.Hq * c.D}), leaf({c.B, c.T, c.Hkv * c.D}), leaf({c.B, c.T, c.Hkv * c.D})};
+    Tensor w = randn({c.B, c.T, c.Hq * c.D}, DType::f64);
+    std::vector<Tensor> grads[2], outs(2);
+    for (int copies = 0; copies < 2; ++copies) {
+      reset_op_profile();
+      {
+        OpProfilerScope prof;
+        outs[copies] = attention_core(in[0], in[1], in[2], c.D, cos, sin, copies == 1);
+        sum(mul(outs[copies], w)).backward();
+      }
+      if (copies == 0) {
+        CHECK(copy_calls() == 0);  // forward and backward: every transpose / reshape is a view
+        CHECK(outs[0].is_contiguous());
+      } else {
+        CHECK(copy_calls() > 0);  // the reference does copy
+      }
+      for (Tensor& x : in) {
+        if (copies == 0) CHECK(x.grad().is_contiguous());  // the gradients arrive in the projections' layout
+        grads[copies].push_back(x.grad());
+        x.set_grad(Tensor());
+      }
+    }
+    // Same kernels, same summation order: equal up to f64 rounding of the strided reads.
+    CHECK(max_abs_diff(outs[0], outs[1]) < 1e-13);
+    for (int i = 0; i < 3; ++i) CHECK(max_abs_diff(grads[0][i], grads[1][i]) < 1e-12);
+    // The strided path's gradients against finite differences (a shorter T, uneven: 9 or 5).
+    const int64_t Tg = std::min<int64_t>(c.T, 9);
+    auto [cg, sg] = rope_tables(Tg, c.D, 10000.0, 0, DType::f64);
+    CHECK(gradcheck([D = c.D, cg = cg, sg = sg](const std::vector<Tensor>& x) {
+            return attention_core(x[0], x[1], x[2], D, cg, sg, false);
+          },
+                    {leaf({1, Tg, c.Hq * c.D}), leaf({1, Tg, c.Hkv * c.D}), leaf({1, Tg, c.Hkv * c.D})}) == "");
+  }
+}
+
+TEST_CASE("sdpa outputs: [B, T, Hq, Dv] memory order, gradients in the inputs' layout", "[attention]") {
+  manual_seed(41);
+  const Tensor q = randn({2, 3, 7, 4}, DType::f64), k = randn({2, 7, 3, 4}, DType::f64).transpose(1, 2);
+  const Tensor v = randn({2, 3, 7, 4}, DType::f64);
+  std::vector<Tensor> f = dispatch(OpCall{op_def("sdpa"), {q, k, v}, {true, 0.5}});
+  CHECK(transpose(f[0], 1, 2).is_contiguous());  // out [B, Hq, T, Dv] lies as [B, T, Hq, Dv]
+  std::vector<Tensor> b =
+      dispatch(OpCall{op_def("sdpa_backward"), {randn(f[0].sizes(), DType::f64), q, k, v, f[0], f[1]}, {true, 0.5}});
+  CHECK(b[0].is_contiguous());                   // dq like q
+  CHECK(transpose(b[1], 1, 2).is_contiguous());  // dk like k: [B, T, H, D] memory
+  CHECK(b[2].is_contiguous());                   // dv like v
 }
 
 TEST_CASE("sdpa low precision keeps lse in f32", "[attention]") {

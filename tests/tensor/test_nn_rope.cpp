@@ -1,6 +1,7 @@
 // rope_tables and rotary_embedding (HF rotate-half): hand-checked tables, the rotation
 // preserves pair norms, relative-position property, backward against finite differences
-// (x, and cos/sin when they require grad), broadcasting tables, non-contiguous x.
+// (x, and cos/sin when they require grad), broadcasting tables, non-contiguous x (the output in
+// x's memory order when x is dense).
 #include <catch2/catch.hpp>
 #include <cmath>
 
@@ -76,16 +77,22 @@ TEST_CASE("rotary_embedding f32 kernel equals the rotate-half formula in f64", "
   Tensor wide = uniform({T, 2 * D}, -1, 1, TensorOptions(DType::f64));
   Tensor cw = narrow(wide.view({T, D, 2}), -1, 0, 1).view({T, D});  // last stride 2
   std::vector<std::pair<Tensor, Tensor>> tables{{c64, s64}, {cb, sb}, {cw, s64}};
-  for (const auto& [c, s] : tables) {
-    Tensor x32 = uniform({B, T, H, D}, -2, 2).transpose(1, 2);
-    REQUIRE(!x32.is_contiguous());
-    const Tensor x = x32.to(DType::f64), c32 = c.to(DType::f32), s32 = s.to(DType::f32);
-    Tensor y = rotary_embedding(x32, c32, s32);
-    Tensor ref = add(mul(x, c), mul(rot(x), s));
-    CHECK(amax(abs(sub(y.to(DType::f64), ref))).item<double>() < 1e-5);
-    static const OpDef* bw = op_def("rotary_embedding_backward");
-    Tensor dx = dispatch1(OpCall{bw, {x32, c32, s32}, {}});
-    Tensor dref = add(mul(x, c), rot_t(mul(x, s)));
-    CHECK(amax(abs(sub(dx.to(DType::f64), dref))).item<double>() < 1e-5);
-  }
+  for (const auto& [c, s] : tables)
+    for (bool dense : {true, false}) {
+      // dense: the output keeps x's [B, T, H, D] memory order; not dense (rows of a wider
+      // tensor): contiguous output
+      Tensor x32 = dense ? uniform({B, T, H, D}, -2, 2).transpose(1, 2)
+                         : narrow(uniform({B, T, H, 2 * D}, -2, 2), -1, 0, D).transpose(1, 2);
+      REQUIRE(!x32.is_contiguous());
+      const Tensor x = x32.to(DType::f64), c32 = c.to(DType::f32), s32 = s.to(DType::f32);
+      Tensor y = rotary_embedding(x32, c32, s32);
+      CHECK((dense ? transpose(y, 1, 2) : y).is_contiguous());
+      Tensor ref = add(mul(x, c), mul(rot(x), s));
+      CHECK(amax(abs(sub(y.to(DType::f64), ref))).item<double>() < 1e-5);
+      static const OpDef* bw = op_def("rotary_embedding_backward");
+      Tensor dx = dispatch1(OpCall{bw, {x32, c32, s32}, {}});
+      CHECK((dense ? transpose(dx, 1, 2) : dx).is_contiguous());
+      Tensor dref = add(mul(x, c), rot_t(mul(x, s)));
+      CHECK(amax(abs(sub(dx.to(DType::f64), dref))).item<double>() < 1e-5);
+    }
 }

@@ -10,6 +10,11 @@
 // of the query heads in its group, so no accumulation races.
 // bf16/f16 inputs are computed in f32 and lse is kept in f32 (registered without the
 // dispatcher's upcast so that lse is not rounded to low precision).
+// Layouts: q, k, v, g, out are read through their strides (unit stride in D), so the model's
+// [B, T, H, D] projections transposed to [B, H, T, D] are read in place. The output is written in
+// [B, T, Hq, Dv] memory order (PyTorch's CPU flash attention does the same), so the model's
+// transpose back to [B, T, Hq * Dv] is a view; dq / dk / dv keep the memory order of q / k / v
+// (cpu/layout.h). GQA reads each kv head for its group of query heads (no repeated copy).
 #define EIGEN_DONT_PARALLELIZE
 #include <Eigen/Dense>
 #include <algorithm>
@@ -21,6 +26,7 @@
 #include "tensor/dispatch.h"
 #include "tensor/ops.h"
 #include "tensor/ops/cpu/gemm.h"
+#include "tensor/ops/cpu/layout.h"
 #include "tensor/ops/cpu/loops.h"
 #include "tensor/ops/cpu/vec.h"
 
@@ -54,13 +60,13 @@ Tensor prepared(const Tensor& t, DType dt) {
   return x;
 }
 
-/// Geometry of a [B, H, L, D] tensor with unit stride in D.
+/// Geometry of a [B, H, L, D] tensor with unit stride in D (T const: read, else written).
 template <class T>
 struct Heads {
-  const T* p;
+  T* p;
   int64_t sb, sh, sl;
-  Heads(const Tensor& t) : p(static_cast<const T*>(t.data_ptr())), sb(t.stride(0)), sh(t.stride(1)), sl(t.stride(2)) {}
-  const T* at(int64_t b, int64_t h, int64_t l) const { return p + b * sb + h * sh + l * sl; }
+  Heads(const Tensor& t) : p(static_cast<T*>(t.data_ptr())), sb(t.stride(0)), sh(t.stride(1)), sl(t.stride(2)) {}
+  T* at(int64_t b, int64_t h, int64_t l) const { return p + b * sb + h * sh + l * sl; }
 };
 
 /// The mask of one sdpa call beyond its shapes: causal diagonal `off` (query i sees key j <= i + off,
@@ -136,8 +142,8 @@ void sdpa_forward(const Tensor& q, const Tensor& k, const Tensor& v, Tensor& out
   const int64_t B = q.size(0), Hq = q.size(1), T_ = q.size(2), D = q.size(3);
   const int64_t Hkv = k.size(1), S = k.size(2), Dv = v.size(3), group = Hkv > 0 ? Hq / Hkv : 1;  // 0 heads: empty shard
   const int64_t nqb = (T_ + kBlockQ - 1) / kBlockQ;
-  const Heads<T> Q(q), K(k), V(v);
-  T* po = static_cast<T*>(out.data_ptr());
+  const Heads<const T> Q(q), K(k), V(v);
+  const Heads<T> O(out);
   T* pl = static_cast<T*>(lse.data_ptr());
   const T ninf = -std::numeric_limits<T>::infinity();
   const T sc = static_cast<T>(scale);
@@ -188,7 +194,7 @@ void sdpa_forward(const Tensor& q, const Tensor& k, const Tensor& v, Tensor& out
     }
     for (int64_t r = 0; r < n; ++r) {
       const int64_t row = ((b * Hq + h) * T_ + i0 + r);
-      T* o = po + row * Dv;
+      T* o = O.at(b, h, i0 + r);
       if (l(r) > 0) {
         const T inv = T(1) / l(r);
         for (int64_t d = 0; d < Dv; ++d) o[d] = acc(r, d) * inv;
@@ -223,7 +229,7 @@ std::vector<Tensor> k_sdpa(const OpCall& c) {
   const DType in_dt = c.inputs[0].dtype();
   const DType dt = is_low_precision(in_dt) ? DType::f32 : in_dt;
   Tensor q = prepared(c.inputs[0], dt), k = prepared(c.inputs[1], dt), v = prepared(c.inputs[2], dt);
-  Tensor out = empty({q.size(0), q.size(1), q.size(2), v.size(3)}, TensorOptions(dt));
+  Tensor out = transpose(empty({q.size(0), q.size(2), q.size(1), v.size(3)}, TensorOptions(dt)), 1, 2);
   Tensor lse = empty({q.size(0), q.size(1), q.size(2)}, TensorOptions(dt));
   Tensor ids[2];
   const Mask mk = sdpa_mask(c, 3, q.size(2), k.size(2), ids);
@@ -237,20 +243,25 @@ void sdpa_backward(const Tensor& g, const Tensor& q, const Tensor& k, const Tens
                    const Tensor& lse, Tensor& dq, Tensor& dk, Tensor& dv, const Mask& mk, double scale) {
   const int64_t B = q.size(0), Hq = q.size(1), T_ = q.size(2), D = q.size(3);
   const int64_t Hkv = k.size(1), S = k.size(2), Dv = v.size(3), group = Hkv > 0 ? Hq / Hkv : 1;  // 0 heads: empty shard
-  const Heads<T> Q(q), K(k), V(v), G(g), O(o);
+  const Heads<const T> Q(q), K(k), V(v), G(g), O(o);
+  const Heads<T> dQh(dq), dKh(dk), dVh(dv);
+  // dk / dv of a kv head are accumulated over its query blocks by the GEMM, whose C is row-major
+  // with row stride D (Dv): in place when the output has that row stride, else in a buffer of
+  // the work item copied out at its end.
+  const bool dk_direct = dk.stride(2) == D, dv_direct = dv.stride(2) == Dv;
   const T* pl = static_cast<const T*>(lse.data_ptr());
   const int64_t lsb = lse.stride(0), lsh = lse.stride(1), lst = lse.stride(2);
-  T* pdq = static_cast<T*>(dq.data_ptr());
-  T* pdk = static_cast<T*>(dk.data_ptr());
-  T* pdv = static_cast<T*>(dv.data_ptr());
   const T ninf = -std::numeric_limits<T>::infinity();
   const T sc = static_cast<T>(scale);
   const int64_t items = B * Hkv;
 #pragma omp parallel for schedule(dynamic) if (items > 1 && B * Hq * T_ * S * D >= cpu::kParallelGrain)
   for (int64_t it = 0; it < items; ++it) {
     const int64_t b = it / Hkv, hk = it % Hkv;
-    MMap<T> dK(pdk + (b * Hkv + hk) * S * D, S, D, Eigen::OuterStride<>(D));
-    MMap<T> dV(pdv + (b * Hkv + hk) * S * Dv, S, Dv, Eigen::OuterStride<>(Dv));
+    Mat<T> dKbuf, dVbuf;
+    if (!dk_direct) dKbuf.resize(S, D);
+    if (!dv_direct) dVbuf.resize(S, Dv);
+    MMap<T> dK(dk_direct ? dKh.at(b, hk, 0) : dKbuf.data(), S, D, Eigen::OuterStride<>(D));
+    MMap<T> dV(dv_direct ? dVh.at(b, hk, 0) : dVbuf.data(), S, Dv, Eigen::OuterStride<>(Dv));
     dK.setZero();
     dV.setZero();
     Mat<T> s, dp, dqb;
@@ -295,10 +306,12 @@ void sdpa_backward(const Tensor& g, const Tensor& q, const Tensor& k, const Tens
           block_mm<T>(n, D, nb, s.data(), nb, 1, km.data(), K.sl, 1, dqb.data(), true);
           block_mm<T>(nb, D, n, s.data(), 1, nb, qm.data(), Q.sl, 1, dK.data() + j0 * D, true);
         }
-        MMap<T> dQ(pdq + ((b * Hq + h) * T_ + i0) * D, n, D, Eigen::OuterStride<>(D));
+        MMap<T> dQ(dQh.at(b, h, i0), n, D, Eigen::OuterStride<>(dQh.sl));
         dQ = dqb;
       }
     }
+    if (!dk_direct) MMap<T>(dKh.at(b, hk, 0), S, D, Eigen::OuterStride<>(dKh.sl)) = dKbuf;
+    if (!dv_direct) MMap<T>(dVh.at(b, hk, 0), S, Dv, Eigen::OuterStride<>(dVh.sl)) = dVbuf;
   }
 }
 
@@ -310,8 +323,8 @@ std::vector<Tensor> k_sdpa_backward(const OpCall& c) {
   Tensor v = prepared(c.inputs[3], dt), o = prepared(c.inputs[4], dt), lse = c.inputs[5].detach();
   if (lse.dtype() != dt) lse = to_dtype(lse, dt);
   DTR_CHECK(g.sizes() == o.sizes(), "sdpa_backward: gradient ", g.sizes(), " vs output ", o.sizes());
-  Tensor dq = empty(q.sizes(), TensorOptions(dt)), dk = empty(k.sizes(), TensorOptions(dt));
-  Tensor dv = empty(v.sizes(), TensorOptions(dt));
+  Tensor dq = cpu::empty_preserve_layout(q, dt), dk = cpu::empty_preserve_layout(k, dt);
+  Tensor dv = cpu::empty_preserve_layout(v, dt);
   Tensor ids[2];
   const Mask mk = sdpa_mask(c, 6, q.size(2), k.size(2), ids);
   cpu::dispatch_floating(dt, "sdpa_backward", [&](auto tag) {

@@ -1,13 +1,16 @@
 // CPU kernels of rotary_embedding (rotate-half layout) and its backward with respect to x.
 // cos/sin broadcast to x (stride-0 dims); x and g are processed row by row (rows of D), read in
-// place from strided views whose last dim has unit stride; the output is contiguous. Row offsets
-// advance by an odometer (no per-row division); unit-stride tables take a vectorised loop.
+// place from strided views whose last dim has unit stride; the output keeps x's (g's) memory order
+// (cpu/layout.h: q / k of the projections' [B, T, H, D] transposed to [B, H, T, D] come out in that
+// layout, so the model's transpose back is a view). Row offsets advance by an odometer (no per-row
+// division); unit-stride tables take a vectorised loop.
 #include <algorithm>
 #include <array>
 #include <vector>
 
 #include "tensor/dispatch.h"
 #include "tensor/ops.h"
+#include "tensor/ops/cpu/layout.h"
 #include "tensor/ops/cpu/loops.h"
 
 namespace dtr {
@@ -84,7 +87,7 @@ constexpr int64_t kRowChunk = 256;
 template <bool kBackward>
 std::vector<Tensor> k_rope(const OpCall& c) {
   // x may be a strided view (q/k come as [B, T, H, D] transposed to [B, H, T, D]): rows are
-  // read in place when D has unit stride, so no contiguous copy is made.
+  // read in place when D has unit stride and written in x's layout, so no copy is made.
   const Tensor& x0 = c.inputs[0];
   const Tensor x = (x0.dim() == 0 || x0.strides().back() == 1) ? x0 : contig(x0);
   const Shape& xst = x.strides();
@@ -92,7 +95,8 @@ std::vector<Tensor> k_rope(const OpCall& c) {
   const Tensor& sn = c.inputs[2];
   const Shape cst = cpu::broadcast_strides(cs, x.sizes()), sst = cpu::broadcast_strides(sn, x.sizes());
   const int64_t cd = cst.back(), sd = sst.back();
-  Tensor out = empty(x.sizes(), TensorOptions(x.dtype()));
+  Tensor out = cpu::empty_preserve_layout(x, x.dtype());
+  const Shape& ost = out.strides();
   const int64_t D = x.sizes().back(), h = D / 2, rows = D == 0 ? 0 : x.numel() / D;
   const int64_t chunks = (rows + kRowChunk - 1) / kRowChunk;
   cpu::dispatch_floating(x.dtype(), "rotary_embedding", [&](auto tag) {
@@ -104,9 +108,9 @@ std::vector<Tensor> k_rope(const OpCall& c) {
 #pragma omp parallel for schedule(static) if (rows * D >= cpu::kParallelGrain)
     for (int64_t ch = 0; ch < chunks; ++ch) {
       const int64_t r0 = ch * kRowChunk, r1 = std::min(rows, r0 + kRowChunk);
-      RowOffsets<3> at(x.sizes(), {&xst, &cst, &sst}, r0);
+      RowOffsets<4> at(x.sizes(), {&xst, &cst, &sst, &ost}, r0);
       for (int64_t r = r0; r < r1; ++r, at.next())
-        rope_row<kBackward>(px + at.off[0], pc + at.off[1], ps + at.off[2], po + r * D, h, cd, sd);
+        rope_row<kBackward>(px + at.off[0], pc + at.off[1], ps + at.off[2], po + at.off[3], h, cd, sd);
     }
   });
   return {out};
