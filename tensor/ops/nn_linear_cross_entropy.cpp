@@ -1,23 +1,25 @@
 // linear_cross_entropy(input [N, H], weight [V, H], targets [N]): cross_entropy(input @ weight^T,
 // targets) without the [N, V] logits. The tokens are taken in chunks of `chunk_size` rows; per
-// chunk the logits [n, V] are formed (mm: dtr's SGEMM), their loss taken (cross_entropy, f64
-// row sums) and, when a gradient is wanted, the chunk's dlogits (cross_entropy_backward,
-// softmax - onehot) turned at once into dinput rows (dlogits @ weight) and a weight-gradient
-// term (dlogits^T @ input, one GEMM accumulating in place: addmm_); the chunk's logits are
-// then dropped. The
-// backward only scales the saved dinput / dweight by the upstream gradient (in place), so forward +
-// backward cost the three GEMMs of the unfused head (no recompute) and hold O(chunk x V)
-// logits instead of O(N x V). Gradients are formed in the forward only when grad mode is on and
-// an operand requires grad (LoRA's frozen head: no dweight GEMM at all).
+// chunk the logits [n, V] are formed (mm: dtr's SGEMM). When a gradient is wanted, one pass over
+// them (cross_entropy_loss_and_grad_: per row the online max and sum, the row's loss, then
+// softmax - onehot written over the logits while the row is in cache) gives the chunk's loss sum
+// and its dlogits, turned at once into dinput rows (dlogits @ weight) and a weight-gradient term
+// (dlogits^T @ input, one GEMM accumulating in place: addmm_); the chunk's logits are then
+// dropped. Without a gradient the loss is cross_entropy's. The backward only scales the saved
+// dinput / dweight by the upstream gradient (in place), so forward + backward cost the three
+// GEMMs of the unfused head (no recompute) and hold O(chunk x V) logits instead of O(N x V).
+// Gradients are formed in the forward only when grad mode is on and an operand requires grad
+// (LoRA's frozen head: no dweight GEMM at all).
 //
 // Everything is a tensor op, so DTensor operands take the ops' own sharding rules: the
 // loss-parallel head (weight Shard(0) over the vocabulary, input Replicate) gives logits
-// Shard(1), whose cross_entropy / cross_entropy_backward never gather the logits (row max
+// Shard(1), which take cross_entropy + cross_entropy_backward (the one-pass kernel is for local
+// tensors, and for devices that have it: CPU); those never gather the logits (row max
 // all_reduce MAX, sum of exp and the target logit all_reduce SUM, dtensor/rules/loss.cpp),
 // dinput Partial (summed over the vocabulary shards where it is used) and dweight Shard(0).
 // Sources: Liger kernel's LigerFusedLinearCrossEntropyFunction (gradient in the forward,
-// chunked over tokens); Wijmans et al., "Cut Your Losses in Large-Vocabulary Language Models"
-// (2024) for the memory argument.
+// chunked over tokens, the loss and the gradient from one pass over the logits); Wijmans et
+// al., "Cut Your Losses in Large-Vocabulary Language Models" (2024) for the memory argument.
 #include <algorithm>
 
 #include "tensor/autograd/grad_mode.h"
@@ -73,17 +75,27 @@ Tensor linear_cross_entropy(const Tensor& input, const Tensor& weight, const Ten
     Tensor total = zeros({}, TensorOptions(DType::f64).with_device(input.device()));
     std::vector<Tensor> dxs;
     static const OpDef* ce_bw = op_def("cross_entropy_backward");
+    static const OpDef* ce_fused = op_def("cross_entropy_loss_and_grad_");
     for (int64_t s = 0; s < N; s += chunk) {
       const int64_t n = std::min(chunk, N - s);
       const Tensor xc = narrow(x, 0, s, n), tc = narrow(targets, 0, s, n);
       const Tensor logits = mm(xc, w.t());  // [n, V]; Shard(1) under loss parallel
       const Tensor nc = counted(tc, ignore_index);
-      // cross_entropy is the chunk's mean over its counted rows: times their count is the sum.
-      total = add(total, mul(to_dtype(cross_entropy(logits, tc, ignore_index), DType::f64), nc));
-      if (!want_dx && !want_dw) continue;
-      // cross_entropy_backward scales by g / (the chunk's count): g = nc / count gives 1 / count.
-      const Tensor g = to_dtype(div(nc, denom), cd);
-      const Tensor dlogits = dispatch1(OpCall{ce_bw, {g, logits, tc}, {ignore_index}});
+      const bool grad = want_dx || want_dw;
+      // The gradient's scale g / (the chunk's count): g = nc / count gives 1 / count.
+      const Tensor g = grad ? to_dtype(div(nc, denom), cd) : Tensor();
+      Tensor dlogits;
+      if (grad && !logits.is_distributed() && ce_fused->kernels[static_cast<int>(logits.device().type)] != nullptr) {
+        // One pass over the chunk's logits: the loss sum and dlogits written over the logits.
+        std::vector<Tensor> r = dispatch(OpCall{ce_fused, {g, logits, tc}, {ignore_index}});
+        total = add(total, r[0]);
+        dlogits = r[1];
+      } else {
+        // cross_entropy is the chunk's mean over its counted rows: times their count is the sum.
+        total = add(total, mul(to_dtype(cross_entropy(logits, tc, ignore_index), DType::f64), nc));
+        if (!grad) continue;
+        dlogits = dispatch1(OpCall{ce_bw, {g, logits, tc}, {ignore_index}});
+      }
       if (want_dx) dxs.push_back(mm(dlogits, w));
       if (want_dw) {
         // dweight = sum over chunks of dlogits^T x_c, each term one GEMM over the whole

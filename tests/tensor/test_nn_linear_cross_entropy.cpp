@@ -2,11 +2,17 @@
 // gradients of input and weight, ignore_index, chunk sizes that do not divide N, every target
 // ignored, a frozen weight, upstream gradients != 1; f32 with the weight gradient accumulated by
 // the SGEMM), finite differences, bf16 in f32
-// arithmetic, no graph under no_grad, errors.
+// arithmetic, no graph under no_grad, errors; the one-pass loss + gradient kernel
+// (cross_entropy_loss_and_grad_) against cross_entropy and its backward, for 1 and 2 threads.
 #include <catch2/catch.hpp>
+
+#include <omp.h>
+
+#include <limits>
 
 #include "gradcheck.h"
 #include "tensor/autograd/grad_mode.h"
+#include "tensor/dispatch.h"
 #include "tensor/random.h"
 
 using namespace dtr;
@@ -125,4 +131,42 @@ TEST_CASE("linear_cross_entropy records no graph without grad and checks its inp
   CHECK_THROWS_WITH(linear_cross_entropy(x, w, zeros({3}, DType::i64)), Catch::Contains("targets must be [N]"));
   CHECK_THROWS_WITH(linear_cross_entropy(x, to_dtype(w, DType::f64), t), Catch::Contains("dtype"));
   CHECK_THROWS_WITH(linear_cross_entropy(x, w, t, -100, -1), Catch::Contains("chunk_size"));
+}
+
+TEST_CASE("cross_entropy_loss_and_grad_ equals cross_entropy and its backward, for any thread count",
+          "[loss][fused]") {
+  manual_seed(27);
+  static const OpDef* fused = op_def("cross_entropy_loss_and_grad_");
+  static const OpDef* bw = op_def("cross_entropy_backward");
+  // 1300 columns: two full blocks of the online sum and a partial one; a row whose maximum sits
+  // in its last block (the running max moves late); ignored rows; a masked (-inf) logit.
+  const int64_t N = 9, C = 1300;
+  Tensor t = targets_with_ignored(N, C);
+  for (DType dt : {DType::f32, DType::f64}) {
+    INFO(dt);
+    std::vector<double> v = mul(randn({N, C}, DType::f64), 3.0).to_vector<double>();
+    v[2 * C + C - 5] = 40.0;
+    v[3 * C + 10] = -std::numeric_limits<double>::infinity();
+    const Tensor x = to_dtype(from_vector<double>(v, {N, C}), dt);
+    const Tensor g = full({}, 0.75, TensorOptions(dt));
+    const double count = 7;  // rows 1 and 5 are ignored
+    const double ref_loss = cross_entropy(x, t).to(DType::f64).item<double>() * count;
+    const Tensor ref_grad = dispatch1(OpCall{bw, {g, x, t}, {int64_t{-100}}});
+    std::vector<Tensor> outs;
+    for (int threads : {1, 2}) {
+      omp_set_num_threads(threads);
+      Tensor l = x.clone();
+      std::vector<Tensor> r = dispatch(OpCall{fused, {g, l, t}, {int64_t{-100}}});
+      REQUIRE(r[0].dtype() == DType::f64);
+      CHECK(r[1].data_ptr() == l.data_ptr());  // in place
+      CHECK(r[0].item<double>() == Approx(ref_loss).epsilon(dt == DType::f32 ? 1e-6 : 1e-14));
+      CHECK(max_abs_diff(r[1], ref_grad) == 0.0);  // the backward's own arithmetic
+      outs.push_back(r[0]);
+    }
+    omp_set_num_threads(2);
+    CHECK(outs[0].item<double>() == outs[1].item<double>());
+  }
+  CHECK_THROWS_WITH(dispatch(OpCall{fused, {full({}, 1.0), randn({4, 3}).t(), zeros({3}, DType::i64)},
+                                    {int64_t{-100}}}),
+                    Catch::Contains("contiguous"));
 }

@@ -6,6 +6,8 @@
 // running max, f32 block sums added in f64); the backward stores each block's exp(x - running
 // max) and scales it by exp(shift - max) * g / (count * sum) while the row is in cache: one
 // read of the row and one exp per logit, not the forward's max + sum passes plus a second exp.
+// cross_entropy_loss_and_grad_ (linear_cross_entropy's chunks) runs that backward pass in place
+// on the logits and takes the row's loss from the same max and sum: the loss costs no pass.
 #include <algorithm>
 #include <cmath>
 #include <limits>
@@ -82,15 +84,46 @@ std::vector<Tensor> k_cross_entropy(const OpCall& c) {
   return {out};
 }
 
-/// inputs {g (0-d), logits, targets}, attrs {ignore_index} -> dlogits.
-std::vector<Tensor> k_cross_entropy_backward(const OpCall& c) {
-  Tensor x = contig(c.inputs[1]);
-  const int64_t N = x.sizes()[0], C = x.sizes()[1], ignore = c.i(0);
-  std::vector<int64_t> tg;
-  const int64_t count = checked_targets(c.inputs[2], C, ignore, tg, "cross_entropy_backward");
-  const double g = c.inputs[0].item<double>();
-  Tensor out = empty(x.sizes(), TensorOptions(x.dtype()));
-  cpu::dispatch_floating(x.dtype(), "cross_entropy_backward", [&](auto tag) {
+/// One row's gradient (softmax(x) - onehot(target)) * k into o (o may equal x: the row is
+/// overwritten in place) and its loss logsumexp(x) - x[target] (read before o is written).
+/// f32: one read of the row and one exp per logit: o = exp(x - running max) per block (online
+/// softmax, cpu/vec.h), then each block scaled by exp(shift - max) * k / sum while the row is in
+/// cache. `shifts` holds C / kSumBlock + 1 floats (f32 only).
+template <class T>
+double row_loss_and_grad(const T* x, T* o, int64_t C, int64_t target, T k, float* shifts) {
+  const double xt = static_cast<double>(x[target]);
+  double lse;
+  if constexpr (std::is_same_v<T, float>) {
+    float m;
+    const double z = cpu::vec::online_sum_exp(x, C, m, o, shifts);
+    if (m == -std::numeric_limits<float>::infinity()) {
+      std::fill(o, o + C, std::numeric_limits<float>::quiet_NaN());  // as exp(x - lse) with lse = -inf
+      lse = -std::numeric_limits<double>::infinity();
+    } else {
+      for (int64_t b = 0, kb = 0; b < C; b += cpu::vec::kSumBlock, ++kb) {
+        const int64_t len = std::min(cpu::vec::kSumBlock, C - b);
+        const double f = std::exp(static_cast<double>(shifts[kb]) - static_cast<double>(m)) * static_cast<double>(k) / z;
+        cpu::vec::MapF(o + b, len) *= static_cast<float>(f);
+      }
+      lse = static_cast<double>(m) + std::log(z);
+    }
+  } else {
+    const T l = row_lse(x, C);
+    for (int64_t j = 0; j < C; ++j) o[j] = std::exp(x[j] - l) * k;
+    lse = static_cast<double>(l);
+  }
+  o[target] -= k;
+  return lse - xt;
+}
+
+/// dlogits of every row of x [N, C] into out (may be x itself) with the scale g / count of
+/// cross_entropy_backward; ignored rows 0. Returns the sum of the rows' losses (f64, in row
+/// order: independent of the thread count).
+double loss_and_grad(const Tensor& x, const Tensor& out, const std::vector<int64_t>& tg, int64_t count, int64_t ignore,
+                     double g, const char* op) {
+  const int64_t N = x.sizes()[0], C = x.sizes()[1];
+  std::vector<double> per_row(static_cast<size_t>(N), 0.0);
+  cpu::dispatch_floating(x.dtype(), op, [&](auto tag) {
     using T = decltype(tag);
     const T* px = static_cast<const T*>(x.data_ptr());
     T* po = static_cast<T*>(out.data_ptr());
@@ -98,39 +131,55 @@ std::vector<Tensor> k_cross_entropy_backward(const OpCall& c) {
     std::vector<float> shifts;  // per block of a row (f32 path)
 #pragma omp parallel for schedule(static) firstprivate(shifts) if (N * C >= cpu::kParallelGrain)
     for (int64_t i = 0; i < N; ++i) {
-      if constexpr (std::is_same_v<T, float>) shifts.resize(static_cast<size_t>(C / cpu::vec::kSumBlock + 1));
       T* o = po + i * C;
       if (tg[i] == ignore) {
         std::fill(o, o + C, T(0));
         continue;
       }
-      const T* row = px + i * C;
-      if constexpr (std::is_same_v<T, float>) {
-        // One read of the row and one exp per logit: o = exp(x - running max) per block (online
-        // softmax), then each block scaled by exp(shift - max) * k / sum while the row is in cache.
-        float m;
-        const double z = cpu::vec::online_sum_exp(row, C, m, o, shifts.data());
-        if (m == -std::numeric_limits<float>::infinity()) {
-          std::fill(o, o + C, std::numeric_limits<float>::quiet_NaN());  // as exp(x - lse) with lse = -inf
-        } else {
-          for (int64_t b = 0, kb = 0; b < C; b += cpu::vec::kSumBlock, ++kb) {
-            const int64_t len = std::min(cpu::vec::kSumBlock, C - b);
-            const double f = std::exp(static_cast<double>(shifts[kb]) - static_cast<double>(m)) * static_cast<double>(k) / z;
-            cpu::vec::MapF(o + b, len) *= static_cast<float>(f);
-          }
-        }
-      } else {
-        const T lse = row_lse(row, C);
-        for (int64_t j = 0; j < C; ++j) o[j] = std::exp(row[j] - lse) * k;
-      }
-      o[tg[i]] -= k;
+      shifts.resize(static_cast<size_t>(C / cpu::vec::kSumBlock + 1));
+      per_row[i] = row_loss_and_grad<T>(px + i * C, o, C, tg[i], k, shifts.data());
     }
   });
+  double total = 0;
+  for (double v : per_row) total += v;
+  return total;
+}
+
+/// inputs {g (0-d), logits, targets}, attrs {ignore_index} -> dlogits.
+std::vector<Tensor> k_cross_entropy_backward(const OpCall& c) {
+  Tensor x = contig(c.inputs[1]);
+  const int64_t C = x.sizes()[1], ignore = c.i(0);
+  std::vector<int64_t> tg;
+  const int64_t count = checked_targets(c.inputs[2], C, ignore, tg, "cross_entropy_backward");
+  Tensor out = empty(x.sizes(), TensorOptions(x.dtype()));
+  loss_and_grad(x, out, tg, count, ignore, c.inputs[0].item<double>(), "cross_entropy_backward");
   return {out};
+}
+
+/// The loss and the gradient in one pass (linear_cross_entropy's chunks): inputs {g (0-d),
+/// logits [N, C] contiguous f32 / f64 (overwritten by dlogits), targets}, attrs {ignore_index}
+/// -> {sum over the non-ignored rows of logsumexp - logit[target] (0-d f64), logits}. The
+/// dlogits are cross_entropy_backward's ((softmax - onehot) * g / count); the loss is the sum,
+/// not the mean, so chunks add up exactly. One read of each row from memory and one write
+/// (the row's second pass, the rescale, runs in cache), where cross_entropy + its backward read
+/// the logits twice and write a second [N, C] buffer.
+std::vector<Tensor> k_cross_entropy_loss_and_grad_(const OpCall& c) {
+  const Tensor& x = c.inputs[1];
+  DTR_CHECK(x.dim() == 2 && x.is_contiguous() && (x.dtype() == DType::f32 || x.dtype() == DType::f64),
+            "cross_entropy_loss_and_grad_: logits must be contiguous f32 / f64 [N, C], got ", x.dtype(), " ",
+            x.sizes());
+  const int64_t C = x.sizes()[1], ignore = c.i(0);
+  std::vector<int64_t> tg;
+  const int64_t count = checked_targets(c.inputs[2], C, ignore, tg, "cross_entropy_loss_and_grad_");
+  const double total = loss_and_grad(x, x, tg, count, ignore, c.inputs[0].item<double>(), "cross_entropy_loss_and_grad_");
+  Tensor loss = empty({}, TensorOptions(DType::f64));
+  *static_cast<double*>(loss.data_ptr()) = total;
+  return {loss, x};
 }
 
 DTR_REGISTER_KERNEL("cross_entropy", DeviceType::CPU, k_cross_entropy);
 DTR_REGISTER_KERNEL("cross_entropy_backward", DeviceType::CPU, k_cross_entropy_backward);
+DTR_REGISTER_KERNEL_EXACT("cross_entropy_loss_and_grad_", DeviceType::CPU, k_cross_entropy_loss_and_grad_);
 
 }  // namespace
 }  // namespace dtr
