@@ -63,12 +63,14 @@ double best_seconds(const std::function<void()>& fn) {
 
 int bench_gemm(int argc, char** argv) {
   // Arguments: `--blas` adds OpenBLAS (off by default: its idle threads spin and slow the other
-  // columns on a 2-core machine); any other argument is a substring, only shapes whose name
+  // columns on a 2-core machine); `--sgemm-only` times the sgemm column alone (short runs for
+  // interleaved A/Bs of the kernel); any other argument is a substring, only shapes whose name
   // contains it run.
   std::string filter;
-  bool with_blas = false;
+  bool with_blas = false, sgemm_only = false;
   for (int i = 1; i < argc; ++i) {
     if (std::string(argv[i]) == "--blas") with_blas = true;
+    else if (std::string(argv[i]) == "--sgemm-only") sgemm_only = true;
     else filter = argv[i];
   }
   NoGradGuard ng;
@@ -127,12 +129,12 @@ int bench_gemm(int argc, char** argv) {
     Tensor Bv = s.transpose_b ? B.transpose(1, 2) : B;
     const int64_t a_rs = s.transpose_a ? 1 : s.k, a_cs = s.transpose_a ? s.m : 1;
     const int64_t b_rs = s.transpose_b ? 1 : s.n, b_cs = s.transpose_b ? s.k : 1;
-    double t_dtr;
-    if (s.batch == 1) {
+    double t_dtr = 0.0;
+    if (!sgemm_only && s.batch == 1) {
       Tensor a2 = s.transpose_a ? A.view({s.k, s.m}).t() : A.view({s.m, s.k});
       Tensor b2 = s.transpose_b ? B.view({s.n, s.k}).t() : B.view({s.k, s.n});
       t_dtr = best_seconds([&] { Tensor c = mm(a2, b2); });
-    } else {
+    } else if (!sgemm_only) {
       t_dtr = best_seconds([&] { Tensor c = bmm(Av, Bv); });
     }
     std::vector<float> C(static_cast<size_t>(s.batch * s.m * s.n));
@@ -144,11 +146,11 @@ int bench_gemm(int argc, char** argv) {
                          C.data() + i * s.m * s.n, false);
     });
     // Raw Eigen on the same memory, preallocated output.
-    const double t_eigen = best_seconds([&] {
+    const double t_eigen = sgemm_only ? 0.0 : best_seconds([&] {
       for (int64_t i = 0; i < s.batch; ++i)
         eigen_gemm(s, pa + i * s.m * s.k, pb + i * s.k * s.n, C.data() + i * s.m * s.n);
     });
-    const double t_blas = !with_blas ? 0.0 : best_seconds([&] {
+    const double t_blas = !with_blas || sgemm_only ? 0.0 : best_seconds([&] {
       for (int64_t i = 0; i < s.batch; ++i)
         cblas_sgemm(CblasRowMajor, s.transpose_a ? CblasTrans : CblasNoTrans, s.transpose_b ? CblasTrans : CblasNoTrans,
                     s.m, s.n, s.k, 1.0f, pa + i * s.m * s.k, s.transpose_a ? s.m : s.k, pb + i * s.k * s.n,
@@ -156,12 +158,12 @@ int bench_gemm(int argc, char** argv) {
     });
     // dtr's AVX2 kernel and raw AVX2 Eigen (with AVX-512 hardware too: what an AVX2-only CPU runs).
     const int64_t c_step = s.m * s.n;
-    const double t_avx2 = !avx2 ? 0.0 : best_seconds([&] {
+    const double t_avx2 = !avx2 || sgemm_only ? 0.0 : best_seconds([&] {
       for (int64_t i = 0; i < s.batch; ++i)
         cpu::sgemm_avx2(s.m, s.n, s.k, pa + i * s.m * s.k, a_rs, a_cs, pb + i * s.k * s.n, b_rs, b_cs,
                         C.data() + i * c_step, s.n, false);
     });
-    const double t_eigen2 = !avx2 ? 0.0 : best_seconds([&] {
+    const double t_eigen2 = !avx2 || sgemm_only ? 0.0 : best_seconds([&] {
       for (int64_t i = 0; i < s.batch; ++i)
         eigen_gemm_avx2(s.m, s.n, s.k, pa + i * s.m * s.k, s.transpose_a, pb + i * s.k * s.n, s.transpose_b,
                         C.data() + i * c_step);
@@ -171,7 +173,8 @@ int bench_gemm(int argc, char** argv) {
     auto gf = [&](double t) { return t > 0 ? flops / t * 1e-9 : 0.0; };
     std::printf("%-40s %9.1f %9.1f %9.1f %9.1f %9.1f %9.1f %8.1f %c %9.3f %8.2f %9.2f %9.2f\n", s.name, gf(t_dtr),
                 gf(t_kernel), gf(t_eigen), with_blas ? gf(t_blas) : 0.0, gf(t_avx2), gf(t_eigen2), gf(t_dtr2),
-                kern2 ? 'k' : 'e', t_dtr * 1e3, t_eigen / t_dtr, t_eigen / t_kernel, t_dtr2 > 0 ? t_eigen2 / t_dtr2 : 0.0);
+                kern2 ? 'k' : 'e', t_dtr * 1e3, t_dtr > 0 ? t_eigen / t_dtr : 0.0, t_eigen / t_kernel,
+                t_dtr2 > 0 ? t_eigen2 / t_dtr2 : 0.0);
   }
   return 0;
 }
