@@ -155,6 +155,10 @@ TEST_CASE("sgemm on a layer-sized product, a C past the streaming threshold and 
   check_one(1024, 4200, 64, Layout::Row, Layout::Col, false, 3, g);  // C 17 MB: non-temporal stores
   check_one(8, 1000, 1500, Layout::Row, Layout::Row, true, 0, g);    // small-m path, k > 640
   check_one(1000, 5, 1500, Layout::Col, Layout::Col, false, 0, g);   // the same solved as C^T
+  // Dot path with Bt past L1 (k in chunks, lane sums kept between them): LoRA's n = 8 at
+  // k = 1536 (3 chunks) with an odd row count and a short last chunk, n = 13 (one row at a time).
+  check_one(101, 8, 1537, Layout::Row, Layout::Col, true, 0, g);
+  check_one(37, 13, 1100, Layout::Row, Layout::Row, false, 2, g);
   // Tall weight-gradient layout (A column-major, all of B in L2: A panels packed as they are
   // used): a C of 16.8 MB in one K block (non-temporal stores), and an accumulate over 3 blocks.
   check_one(7500, 560, 40, Layout::Col, Layout::Row, false, 0, g);
@@ -250,11 +254,11 @@ TEST_CASE("sgemm results do not depend on the thread count", "[sgemm]") {
     Layout la, lb;
   };
   // Row split, column split (few row panels or a wide B; several K blocks through both A
-  // buffers), skinny n, skinny k, small m.
+  // buffers), skinny n, skinny k, small m, the dot path in k chunks.
   const Case cases[] = {{300, 577, 100, Layout::Row, Layout::Col},  {1000, 33, 200, Layout::Col, Layout::Row},
                         {77, 300, 1500, Layout::Row, Layout::Row},  {1000, 8, 600, Layout::Row, Layout::Col},
                         {1000, 700, 8, Layout::Row, Layout::Col},   {8, 1000, 900, Layout::Col, Layout::Row},
-                        {100, 1000, 700, Layout::Col, Layout::Col}};
+                        {100, 1000, 700, Layout::Col, Layout::Col}, {1000, 8, 1536, Layout::Row, Layout::Col}};
   const int saved = omp_get_max_threads();
   for (const Case& c : cases) {
     INFO("m=" << c.m << " n=" << c.n << " k=" << c.k);

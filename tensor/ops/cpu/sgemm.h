@@ -21,7 +21,8 @@
 // written in one K block (lm_head) goes out with non-temporal stores. Packing transposes 16x16
 // blocks in registers where the source layout needs it. Skinny products (LoRA rank 8) are
 // memory bound and skip the packing of the big operand: n <= 16 with row-major A: dot products
-// along k against B^T; m <= 8 with row-major B, or n <= 8 with column-major A (solved as
+// along k against B^T (k cut into chunks whose B^T slice is 16 KB when all of B^T would not fit
+// 32 KB of L1 beside the streaming A rows, 16 rows at a time, the lane sums kept in between); m <= 8 with row-major B, or n <= 8 with column-major A (solved as
 // C^T = B^T A^T): 8x48 tiles streaming B row by row with software prefetch; other n <= 16: one
 // masked zmm of C per row.
 //

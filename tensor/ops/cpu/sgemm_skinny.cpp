@@ -52,18 +52,21 @@ void skinny_n(const Problem& P, int nt) {
 
 /// n <= 16 with row-major A: dot products along k, 16 lanes at a time. Bt[j*kp + p] = B(p, j)
 /// (kp = k rounded up to 16, zero padded); R rows of A share each load of Bt. Each C element is
-/// one FMA chain per lane over k, then a fixed-order horizontal sum.
+/// one FMA chain per lane over k, then a fixed-order horizontal sum. One call covers k-range
+/// [p0, p1) of rows i..i+R-1; the lane sums carry over between ranges in state (R*N*16 floats):
+/// p0 == 0 starts from zero, p1 < k stores them there, p1 == k adds them up into C. The chain per
+/// lane is the same however k is cut, so the cut does not change the bits.
 template <int N, int R>
-void dot_rows(const Problem& P, int64_t i, const float* bt, int64_t kp) {
+void dot_rows(const Problem& P, int64_t i, const float* bt, int64_t kp, int64_t p0, int64_t p1, float* state) {
   __m512 acc[R][N];
 #pragma GCC unroll 2
   for (int r = 0; r < R; ++r)
 #pragma GCC unroll 16
-    for (int j = 0; j < N; ++j) acc[r][j] = _mm512_setzero_ps();
+    for (int j = 0; j < N; ++j) acc[r][j] = p0 == 0 ? _mm512_setzero_ps() : _mm512_load_ps(state + (r * N + j) * 16);
   const float* a[R];
   for (int r = 0; r < R; ++r) a[r] = P.A + (i + r) * P.a_rs;
   const bool ahead = i + 2 * R <= P.m;  // prefetch the next rows' chunk alongside
-  for (int64_t p = 0; p < P.k; p += 16) {
+  for (int64_t p = p0; p < p1; p += 16) {
     const __mmask16 mk = mask_of(P.k - p);
     if (ahead)
       for (int r = 0; r < R; ++r) _mm_prefetch(reinterpret_cast<const char*>(a[r] + R * P.a_rs + p), _MM_HINT_T0);
@@ -77,6 +80,13 @@ void dot_rows(const Problem& P, int64_t i, const float* bt, int64_t kp) {
       for (int r = 0; r < R; ++r) acc[r][j] = _mm512_fmadd_ps(av[r], b, acc[r][j]);
     }
   }
+  if (p1 < P.k) {
+#pragma GCC unroll 2
+    for (int r = 0; r < R; ++r)
+#pragma GCC unroll 16
+      for (int j = 0; j < N; ++j) _mm512_store_ps(state + (r * N + j) * 16, acc[r][j]);
+    return;
+  }
   for (int r = 0; r < R; ++r) {
     float* c = P.C + (i + r) * P.ldc;
     for (int j = 0; j < N; ++j) {
@@ -86,7 +96,7 @@ void dot_rows(const Problem& P, int64_t i, const float* bt, int64_t kp) {
   }
 }
 
-using DotFn = void (*)(const Problem&, int64_t, const float*, int64_t);
+using DotFn = void (*)(const Problem&, int64_t, const float*, int64_t, int64_t, int64_t, float*);
 template <size_t... I>
 constexpr auto make_dot(std::index_sequence<I...>, std::integral_constant<int, 1>) {
   return std::array<DotFn, sizeof...(I)>{&dot_rows<int(I) + 1, 1>...};
@@ -98,6 +108,10 @@ constexpr auto make_dot(std::index_sequence<I...>, std::integral_constant<int, 2
 constexpr auto kDot1 = make_dot(std::make_index_sequence<SKINNY_N>{}, std::integral_constant<int, 1>{});
 constexpr auto kDot2 = make_dot(std::make_index_sequence<8>{}, std::integral_constant<int, 2>{});
 
+constexpr int64_t DOT_GROUP = 16;            // rows that go through the k chunks together
+constexpr int64_t DOT_BT_L1 = 32 * 1024;     // Bt up to this size: all of k in one chunk
+constexpr int64_t DOT_CHUNK_BYTES = 16 * 1024;  // else the Bt slice of one chunk (L1 resident)
+
 void skinny_dot(const Problem& P, int nt) {
   const int64_t kp = (P.k + 15) / 16 * 16;
   float* bt = t_bshared.get(static_cast<size_t>(P.n * kp));
@@ -108,12 +122,25 @@ void skinny_dot(const Problem& P, int nt) {
       for (int64_t p = 0; p < P.k; ++p) d[p] = P.B[p * P.b_rs + j * P.b_cs];
     std::memset(d + P.k, 0, sizeof(float) * (kp - P.k));
   }
+  // When Bt (n x kp floats) would not stay in L1 beside the streaming A rows (n = 8 at k = 1536:
+  // 48 KB), k goes in chunks whose Bt slice is 16 KB, each over a group of 16 rows, the lane sums
+  // kept in between (same bits as one pass).
+  const int64_t bt_bytes = P.n * kp * int64_t(sizeof(float));
+  const int64_t kc = bt_bytes <= DOT_BT_L1 ? kp : std::max<int64_t>(16, DOT_CHUNK_BYTES / (P.n * 4) / 16 * 16);
   const int R = P.n <= 8 ? 2 : 1;
-  const int64_t blocks = P.m / R;
-  const DotFn full = R == 2 ? kDot2[P.n - 1] : kDot1[P.n - 1];
+  const DotFn full = R == 2 ? kDot2[P.n - 1] : kDot1[P.n - 1], one = kDot1[P.n - 1];
+  const int64_t groups = (P.m + DOT_GROUP - 1) / DOT_GROUP;
 #pragma omp parallel for num_threads(nt) if (nt > 1) schedule(static)
-  for (int64_t b = 0; b < blocks; ++b) full(P, b * R, bt, kp);
-  for (int64_t i = blocks * R; i < P.m; ++i) kDot1[P.n - 1](P, i, bt, kp);
+  for (int64_t g = 0; g < groups; ++g) {
+    alignas(64) float state[DOT_GROUP * SKINNY_N * 16];
+    const int64_t i0 = g * DOT_GROUP, i1 = std::min(P.m, i0 + DOT_GROUP);
+    for (int64_t p0 = 0; p0 < P.k; p0 += kc) {
+      const int64_t p1 = std::min(P.k, p0 + kc);
+      int64_t i = i0;
+      for (; i + R <= i1; i += R) full(P, i, bt, kp, p0, p1, state + (i - i0) * P.n * 16);
+      for (; i < i1; ++i) one(P, i, bt, kp, p0, p1, state + (i - i0) * P.n * 16);
+    }
+  }
 }
 
 /// Small m (<= 8) with row-major B: C(r, j) = sum_p A(r, p) B(p, j) with C(r, j) at
