@@ -5,7 +5,9 @@
 // Masks (see Mask): causal with a diagonal offset, sliding window, document ids; a score block the
 // mask hides entirely (past the diagonal, before the window, or without a document in common:
 // the min / max document ids of its rows and keys do not overlap) is skipped.
-// Forward work items: (batch, query head, query block), in parallel.
+// GQA: the query blocks of the heads that share a kv head are stacked (stack_queries), so each
+// block product runs once per kv head with group x 64 rows and packs each K / V block once.
+// Forward work items: (batch, kv head, query block), in parallel.
 // Backward work items: (batch, kv head), in parallel; each owns its dk/dv rows and the dq rows
 // of the query heads in its group, so no accumulation races.
 // bf16/f16 inputs are computed in f32 and lse is kept in f32 (registered without the
@@ -114,14 +116,15 @@ BlockMask block_mask(const Mask& mk, int64_t b, int64_t i0, int64_t rows, int64_
   return partial ? BlockMask::partial : BlockMask::none;
 }
 
-/// Sets masked entries of the score block of batch row b to -inf: keys j > i + off (causal), with a
-/// sliding window keys j <= i + off - window (a query sees itself and the window - 1 keys before
-/// it), and keys of another document.
+/// Sets masked entries of the score block of batch row b (`rows` queries from i0 x `cols` keys
+/// from j0, row-major with row stride cols) to -inf: keys j > i + off (causal), with a sliding
+/// window keys j <= i + off - window (a query sees itself and the window - 1 keys before it), and
+/// keys of another document.
 template <class T>
-void apply_mask(Mat<T>& s, const Mask& mk, int64_t b, int64_t i0, int64_t j0) {
+void apply_mask(T* sp, int64_t rows, int64_t cols, const Mask& mk, int64_t b, int64_t i0, int64_t j0) {
   const T ninf = -std::numeric_limits<T>::infinity();
-  const int64_t cols = s.cols();
-  for (int64_t r = 0; r < s.rows(); ++r) {
+  MMap<T> s(sp, rows, cols, Eigen::OuterStride<>(cols));
+  for (int64_t r = 0; r < rows; ++r) {
     const int64_t last = i0 + r + mk.off;  // last visible key of this row
     if (mk.causal)
       for (int64_t cidx = std::max<int64_t>(0, last - j0 + 1); cidx < cols; ++cidx) s(r, cidx) = ninf;
@@ -136,6 +139,42 @@ void apply_mask(Mat<T>& s, const Mask& mk, int64_t b, int64_t i0, int64_t j0) {
   }
 }
 
+/// Loads the query blocks [i0, i0 + n) of the `group` query heads of kv head hk, batch row b,
+/// scaled by `sc`, stacked head-major into `qs` [group * n, D]: row g * n + r is query i0 + r of
+/// head hk * group + g. The block products of the group then share each K / V block (one GEMM
+/// with group * n rows instead of group GEMMs that pack the same K / V block again).
+template <class T>
+void stack_queries(Mat<T>& qs, const Heads<const T>& Q, int64_t b, int64_t hk, int64_t group, int64_t i0, int64_t n,
+                   int64_t D, T sc) {
+  qs.resize(group * n, D);
+  for (int64_t g = 0; g < group; ++g)
+    qs.middleRows(g * n, n) = CMap<T>(Q.at(b, hk * group + g, i0), n, D, Eigen::OuterStride<>(Q.sl)) * sc;
+}
+
+/// Calls f(j0, nb, mask) for each key block [j0, j0 + nb) that query rows [i0, i0 + n) of batch
+/// row b may see (blocks the mask hides entirely skipped), in key order.
+template <class F>
+void for_each_key_block(const Mask& mk, int64_t b, int64_t i0, int64_t n, F&& f) {
+  const int64_t jend = key_end(mk, i0 + n);
+  for (int64_t j0 = key_begin(mk, i0); j0 < jend; j0 += kBlockK) {
+    const int64_t j1 = std::min(jend, j0 + kBlockK);
+    const BlockMask bm = block_mask(mk, b, i0, n, j0, j1);
+    if (bm != BlockMask::all) f(j0, j1 - j0, bm);
+  }
+}
+
+/// The stacked score block s [group * n, nb] = qs k^T for the keys [j0, j0 + nb) (kb: the first
+/// key's row, row stride ks), masked per head when the block is partial.
+template <class T>
+void score_block(Mat<T>& s, const Mat<T>& qs, const T* kb, int64_t ks, int64_t nb, int64_t group, int64_t n,
+                 BlockMask bm, const Mask& mk, int64_t b, int64_t i0, int64_t j0) {
+  const int64_t rows = qs.rows(), D = qs.cols();
+  s.resize(rows, nb);
+  block_mm<T>(rows, nb, D, qs.data(), D, 1, kb, 1, ks, s.data(), false);  // (q * scale) k^T
+  if (bm == BlockMask::partial)
+    for (int64_t g = 0; g < group; ++g) apply_mask(s.data() + g * n * nb, n, nb, mk, b, i0, j0);
+}
+
 template <class T>
 void sdpa_forward(const Tensor& q, const Tensor& k, const Tensor& v, Tensor& out, Tensor& lse, const Mask& mk,
                   double scale) {
@@ -147,28 +186,22 @@ void sdpa_forward(const Tensor& q, const Tensor& k, const Tensor& v, Tensor& out
   T* pl = static_cast<T*>(lse.data_ptr());
   const T ninf = -std::numeric_limits<T>::infinity();
   const T sc = static_cast<T>(scale);
-  const int64_t items = B * Hq * nqb;
+  const int64_t items = B * Hkv * nqb;  // (batch row, kv head, query block): the group's heads together
 #pragma omp parallel for schedule(dynamic) if (items > 1 && B * Hq * T_ * S * D >= cpu::kParallelGrain)
   for (int64_t it = 0; it < items; ++it) {
-    const int64_t qb = it % nqb, h = (it / nqb) % Hq, b = it / (nqb * Hq), hk = h / group;
-    const int64_t i0 = qb * kBlockQ, i1 = std::min(T_, i0 + kBlockQ), n = i1 - i0;
-    CMap<T> qm(Q.at(b, h, i0), n, D, Eigen::OuterStride<>(Q.sl));
-    Mat<T> acc = Mat<T>::Zero(n, Dv);
-    const Mat<T> qs = qm * sc;  // the block's queries, scaled once
-    Eigen::Matrix<T, Eigen::Dynamic, 1> m = Eigen::Matrix<T, Eigen::Dynamic, 1>::Constant(n, ninf);
-    Eigen::Matrix<T, Eigen::Dynamic, 1> l = Eigen::Matrix<T, Eigen::Dynamic, 1>::Zero(n);
+    const int64_t qb = it % nqb, hk = (it / nqb) % Hkv, b = it / (nqb * Hkv);
+    const int64_t i0 = qb * kBlockQ, i1 = std::min(T_, i0 + kBlockQ), n = i1 - i0, rows = group * n;
+    Mat<T> qs;  // the group's queries, scaled once
+    stack_queries(qs, Q, b, hk, group, i0, n, D, sc);
+    Mat<T> acc = Mat<T>::Zero(rows, Dv);
+    Eigen::Matrix<T, Eigen::Dynamic, 1> m = Eigen::Matrix<T, Eigen::Dynamic, 1>::Constant(rows, ninf);
+    Eigen::Matrix<T, Eigen::Dynamic, 1> l = Eigen::Matrix<T, Eigen::Dynamic, 1>::Zero(rows);
     Mat<T> s;
-    const int64_t jend = key_end(mk, i1);
-    for (int64_t j0 = key_begin(mk, i0); j0 < jend; j0 += kBlockK) {
-      const int64_t j1 = std::min(jend, j0 + kBlockK), nb = j1 - j0;
-      const BlockMask bm = block_mask(mk, b, i0, n, j0, j1);
-      if (bm == BlockMask::all) continue;
+    for_each_key_block(mk, b, i0, n, [&](int64_t j0, int64_t nb, BlockMask bm) {
       CMap<T> km(K.at(b, hk, j0), nb, D, Eigen::OuterStride<>(K.sl));
       CMap<T> vm(V.at(b, hk, j0), nb, Dv, Eigen::OuterStride<>(V.sl));
-      s.resize(n, nb);
-      block_mm<T>(n, nb, D, qs.data(), D, 1, km.data(), 1, K.sl, s.data(), false);  // (q * scale) k^T
-      if (bm == BlockMask::partial) apply_mask(s, mk, b, i0, j0);
-      for (int64_t r = 0; r < n; ++r) {
+      score_block(s, qs, km.data(), K.sl, nb, group, n, bm, mk, b, i0, j0);
+      for (int64_t r = 0; r < rows; ++r) {
         const T mnew = std::max(m(r), s.row(r).maxCoeff());
         if (mnew == ninf) {  // nothing visible yet in this row
           s.row(r).setZero();
@@ -190,18 +223,21 @@ void sdpa_forward(const Tensor& q, const Tensor& k, const Tensor& v, Tensor& out
         acc.row(r) *= alpha;
         m(r) = mnew;
       }
-      block_mm<T>(n, Dv, nb, s.data(), nb, 1, vm.data(), V.sl, 1, acc.data(), true);
-    }
-    for (int64_t r = 0; r < n; ++r) {
-      const int64_t row = ((b * Hq + h) * T_ + i0 + r);
-      T* o = O.at(b, h, i0 + r);
-      if (l(r) > 0) {
-        const T inv = T(1) / l(r);
-        for (int64_t d = 0; d < Dv; ++d) o[d] = acc(r, d) * inv;
-        pl[row] = m(r) + std::log(l(r));
-      } else {
-        std::fill(o, o + Dv, T(0));
-        pl[row] = ninf;
+      block_mm<T>(rows, Dv, nb, s.data(), nb, 1, vm.data(), V.sl, 1, acc.data(), true);
+    });
+    for (int64_t g = 0; g < group; ++g) {
+      const int64_t h = hk * group + g;
+      for (int64_t r = 0; r < n; ++r) {
+        const int64_t rr = g * n + r, row = (b * Hq + h) * T_ + i0 + r;
+        T* o = O.at(b, h, i0 + r);
+        if (l(rr) > 0) {
+          const T inv = T(1) / l(rr);
+          for (int64_t d = 0; d < Dv; ++d) o[d] = acc(rr, d) * inv;
+          pl[row] = m(rr) + std::log(l(rr));
+        } else {
+          std::fill(o, o + Dv, T(0));
+          pl[row] = ninf;
+        }
       }
     }
   }
@@ -264,51 +300,50 @@ void sdpa_backward(const Tensor& g, const Tensor& q, const Tensor& k, const Tens
     MMap<T> dV(dv_direct ? dVh.at(b, hk, 0) : dVbuf.data(), S, Dv, Eigen::OuterStride<>(Dv));
     dK.setZero();
     dV.setZero();
-    Mat<T> s, dp, dqb;
+    Mat<T> qs, gs, s, dp, dqb;
     Eigen::Matrix<T, Eigen::Dynamic, 1> lrow, di;
-    for (int64_t h = hk * group; h < (hk + 1) * group; ++h) {
-      for (int64_t i0 = 0; i0 < T_; i0 += kBlockQ) {
-        const int64_t i1 = std::min(T_, i0 + kBlockQ), n = i1 - i0;
-        CMap<T> qm(Q.at(b, h, i0), n, D, Eigen::OuterStride<>(Q.sl));
+    for (int64_t i0 = 0; i0 < T_; i0 += kBlockQ) {
+      // The group's query heads stacked head-major (row j * n + r: query i0 + r of head
+      // hk * group + j), so each K / V block serves all of them in one product.
+      const int64_t i1 = std::min(T_, i0 + kBlockQ), n = i1 - i0, rows = group * n;
+      stack_queries(qs, Q, b, hk, group, i0, n, D, sc);  // q * scale
+      gs.resize(rows, Dv);
+      lrow.resize(rows);
+      di.resize(rows);
+      for (int64_t j = 0; j < group; ++j) {
+        const int64_t h = hk * group + j;
         CMap<T> gm(G.at(b, h, i0), n, Dv, Eigen::OuterStride<>(G.sl));
         CMap<T> om(O.at(b, h, i0), n, Dv, Eigen::OuterStride<>(O.sl));
-        const Mat<T> qs = qm * sc;  // the block's queries, scaled once
-        lrow.resize(n);
-        for (int64_t r = 0; r < n; ++r) lrow(r) = pl[b * lsb + h * lsh + (i0 + r) * lst];
-        di = (gm.cwiseProduct(om)).rowwise().sum();
-        dqb = Mat<T>::Zero(n, D);
-        const int64_t jend = key_end(mk, i1);
-        for (int64_t j0 = key_begin(mk, i0); j0 < jend; j0 += kBlockK) {
-          const int64_t j1 = std::min(jend, j0 + kBlockK), nb = j1 - j0;
-          const BlockMask bm = block_mask(mk, b, i0, n, j0, j1);
-          if (bm == BlockMask::all) continue;
-          CMap<T> km(K.at(b, hk, j0), nb, D, Eigen::OuterStride<>(K.sl));
-          CMap<T> vm(V.at(b, hk, j0), nb, Dv, Eigen::OuterStride<>(V.sl));
-          s.resize(n, nb);
-          block_mm<T>(n, nb, D, qs.data(), D, 1, km.data(), 1, K.sl, s.data(), false);  // (q * scale) k^T
-          if (bm == BlockMask::partial) apply_mask(s, mk, b, i0, j0);
-          for (int64_t r = 0; r < n; ++r) {  // P = exp(s - lse); masked and key-less rows -> 0
-            if (lrow(r) == ninf) {
-              s.row(r).setZero();
-              continue;
-            }
-            if constexpr (std::is_same_v<T, float>) {
-              cpu::vec::exp_shift(s.data() + r * nb, lrow(r), 1.0f, s.data() + r * nb, nb);
-            } else {
-              for (int64_t cidx = 0; cidx < nb; ++cidx) s(r, cidx) = std::exp(s(r, cidx) - lrow(r));
-            }
-          }
-          block_mm<T>(nb, Dv, n, s.data(), 1, nb, gm.data(), G.sl, 1, dV.data() + j0 * Dv, true);  // P^T g
-          dp.resize(n, nb);
-          block_mm<T>(n, nb, Dv, gm.data(), G.sl, 1, vm.data(), 1, V.sl, dp.data(), false);  // g v^T
-          dp.array().colwise() -= di.array();
-          s.array() *= dp.array() * sc;  // s now holds dS * scale
-          block_mm<T>(n, D, nb, s.data(), nb, 1, km.data(), K.sl, 1, dqb.data(), true);
-          block_mm<T>(nb, D, n, s.data(), 1, nb, qm.data(), Q.sl, 1, dK.data() + j0 * D, true);
-        }
-        MMap<T> dQ(dQh.at(b, h, i0), n, D, Eigen::OuterStride<>(dQh.sl));
-        dQ = dqb;
+        gs.middleRows(j * n, n) = gm;
+        di.segment(j * n, n) = gm.cwiseProduct(om).rowwise().sum();
+        for (int64_t r = 0; r < n; ++r) lrow(j * n + r) = pl[b * lsb + h * lsh + (i0 + r) * lst];
       }
+      dqb = Mat<T>::Zero(rows, D);
+      for_each_key_block(mk, b, i0, n, [&](int64_t j0, int64_t nb, BlockMask bm) {
+        CMap<T> km(K.at(b, hk, j0), nb, D, Eigen::OuterStride<>(K.sl));
+        CMap<T> vm(V.at(b, hk, j0), nb, Dv, Eigen::OuterStride<>(V.sl));
+        score_block(s, qs, km.data(), K.sl, nb, group, n, bm, mk, b, i0, j0);
+        for (int64_t r = 0; r < rows; ++r) {  // P = exp(s - lse); masked and key-less rows -> 0
+          if (lrow(r) == ninf) {
+            s.row(r).setZero();
+            continue;
+          }
+          if constexpr (std::is_same_v<T, float>) {
+            cpu::vec::exp_shift(s.data() + r * nb, lrow(r), 1.0f, s.data() + r * nb, nb);
+          } else {
+            for (int64_t cidx = 0; cidx < nb; ++cidx) s(r, cidx) = std::exp(s(r, cidx) - lrow(r));
+          }
+        }
+        block_mm<T>(nb, Dv, rows, s.data(), 1, nb, gs.data(), Dv, 1, dV.data() + j0 * Dv, true);  // P^T g
+        dp.resize(rows, nb);
+        block_mm<T>(rows, nb, Dv, gs.data(), Dv, 1, vm.data(), 1, V.sl, dp.data(), false);  // g v^T
+        dp.array().colwise() -= di.array();
+        s.array() *= dp.array();  // s now holds dS
+        block_mm<T>(rows, D, nb, s.data(), nb, 1, km.data(), K.sl, 1, dqb.data(), true);  // dS k (scaled below)
+        block_mm<T>(nb, D, rows, s.data(), 1, nb, qs.data(), D, 1, dK.data() + j0 * D, true);  // dS^T (q * scale)
+      });
+      for (int64_t j = 0; j < group; ++j)
+        MMap<T>(dQh.at(b, hk * group + j, i0), n, D, Eigen::OuterStride<>(dQh.sl)) = dqb.middleRows(j * n, n) * sc;
     }
     if (!dk_direct) MMap<T>(dKh.at(b, hk, 0), S, D, Eigen::OuterStride<>(dKh.sl)) = dKbuf;
     if (!dv_direct) MMap<T>(dVh.at(b, hk, 0), S, Dv, Eigen::OuterStride<>(dVh.sl)) = dVbuf;
