@@ -2,10 +2,11 @@
 // cos/sin broadcast to x (stride-0 dims); x and g are processed row by row (rows of D), read in
 // place from strided views whose last dim has unit stride; the output keeps x's (g's) memory order
 // (cpu/layout.h: q / k of the projections' [B, T, H, D] transposed to [B, H, T, D] come out in that
-// layout, so the model's transpose back is a view). Row offsets advance by an odometer (no per-row
-// division); unit-stride tables take a vectorised loop.
+// layout, so the model's transpose back is a view), rows visited in its memory order. Row offsets
+// advance by an odometer (no per-row division); unit-stride tables take a vectorised loop.
 #include <algorithm>
 #include <array>
+#include <numeric>
 #include <vector>
 
 #include "tensor/dispatch.h"
@@ -96,7 +97,21 @@ std::vector<Tensor> k_rope(const OpCall& c) {
   const Shape cst = cpu::broadcast_strides(cs, x.sizes()), sst = cpu::broadcast_strides(sn, x.sizes());
   const int64_t cd = cst.back(), sd = sst.back();
   Tensor out = cpu::empty_preserve_layout(x, x.dtype());
-  const Shape& ost = out.strides();
+  // Rows are visited in the output's memory order (the outer dims sorted by its strides), so
+  // [B, T, H, D] memory seen as [B, H, T, D] is read and written front to back, each table row
+  // used for the H rows of its position in turn.
+  const int64_t nd = x.dim();
+  Shape order(static_cast<size_t>(std::max<int64_t>(nd - 1, 0)));
+  std::iota(order.begin(), order.end(), int64_t{0});
+  std::stable_sort(order.begin(), order.end(), [&](int64_t a, int64_t b) { return out.stride(a) > out.stride(b); });
+  auto permuted = [&](const Shape& v) {
+    Shape p;
+    for (int64_t d : order) p.push_back(v[d]);
+    if (nd > 0) p.push_back(v.back());
+    return p;
+  };
+  const Shape shape = permuted(x.sizes()), pxst = permuted(xst), pcst = permuted(cst), psst = permuted(sst),
+              ost = permuted(out.strides());
   const int64_t D = x.sizes().back(), h = D / 2, rows = D == 0 ? 0 : x.numel() / D;
   const int64_t chunks = (rows + kRowChunk - 1) / kRowChunk;
   cpu::dispatch_floating(x.dtype(), "rotary_embedding", [&](auto tag) {
@@ -108,7 +123,7 @@ std::vector<Tensor> k_rope(const OpCall& c) {
 #pragma omp parallel for schedule(static) if (rows * D >= cpu::kParallelGrain)
     for (int64_t ch = 0; ch < chunks; ++ch) {
       const int64_t r0 = ch * kRowChunk, r1 = std::min(rows, r0 + kRowChunk);
-      RowOffsets<4> at(x.sizes(), {&xst, &cst, &sst, &ost}, r0);
+      RowOffsets<4> at(shape, {&pxst, &pcst, &psst, &ost}, r0);
       for (int64_t r = r0; r < r1; ++r, at.next())
         rope_row<kBackward>(px + at.off[0], pc + at.off[1], ps + at.off[2], po + at.off[3], h, cd, sd);
     }
