@@ -11,6 +11,7 @@
 #include "bench/bench_util.h"
 #include "bench/moe_profile.h"
 #include "bench/train_step.h"
+#include "tensor/allocator.h"
 #include "tensor/autograd/grad_mode.h"
 #include "tensor/error.h"
 #include "tensor/nn/moe.h"
@@ -86,6 +87,14 @@ int bench_moe(int argc, char** argv) {
   // machine's time slicing does not inflate as it does the wall time.
   const double cpu_step_s = (cpu_seconds() - cpu0) / (cfg.steps + cfg.warmup);
   const Shape counts = moe->last_router_stats().tokens_per_expert;
+  // Peak tensor memory of one step above what is live before it (parameters, x, w), and the
+  // allocations it makes (dtr's allocator counters: deterministic, unlike the times).
+  const MemoryStats before = memory_stats();
+  reset_peak_memory();
+  step();
+  const MemoryStats after = memory_stats();
+  const double step_peak_mib = static_cast<double>(after.peak - before.current) / (1 << 20);
+  const int64_t step_allocs = after.allocations - before.allocations;
 
   // The grouped experts alone on tokens already sorted by expert (the GEMM share of the step).
   const int64_t M = cfg.tokens * cfg.top_k;
@@ -119,12 +128,16 @@ int bench_moe(int argc, char** argv) {
   const double ceiling_s = gflop / peak;
   std::printf("%-34s %10.2f ms  %10.0f tokens/s  (expert GEMM FLOPs / SGEMM peak: the step is %.2fx it)\n",
               "ceiling (GEMMs at peak, rest free)", ceiling_s * 1e3, cfg.tokens / ceiling_s, step_s / ceiling_s);
+  std::printf("%-34s %10.1f MiB above the inputs, %lld allocations\n", "step peak tensor memory", step_peak_mib,
+              static_cast<long long>(step_allocs));
   if (cfg.profile) print_moe_profile(*moe, step, cfg.steps, step_s, peak);
   std::printf("{\"impl\": \"dtr\", \"threads\": %d, \"tokens\": %lld, \"step_ms_median\": %.4f, \"tokens_per_s\": %.2f, "
               "\"expert_gemm_gflop_per_step\": %.4f, \"expert_gemm_gflops\": %.3f, \"experts_ms_median\": %.4f, "
-              "\"experts_gflops\": %.3f, \"sgemm_peak_gflops\": %.3f, \"ceiling_ms\": %.4f, \"cpu_ms_per_step\": %.4f, \"tokens_per_expert\": [",
+              "\"experts_gflops\": %.3f, \"sgemm_peak_gflops\": %.3f, \"ceiling_ms\": %.4f, \"cpu_ms_per_step\": %.4f, \"step_peak_mib\": %.2f, \"step_allocations\": %lld, "
+              "\"tokens_per_expert\": [",
               threads, static_cast<long long>(cfg.tokens), step_s * 1e3, cfg.tokens / step_s, gflop, gflop / step_s,
-              experts_s * 1e3, gflop / experts_s, peak, ceiling_s * 1e3, cpu_step_s * 1e3);
+              experts_s * 1e3, gflop / experts_s, peak, ceiling_s * 1e3, cpu_step_s * 1e3, step_peak_mib,
+              static_cast<long long>(step_allocs));
   for (size_t e = 0; e < counts.size(); ++e) std::printf("%s%lld", e ? ", " : "", static_cast<long long>(counts[e]));
   std::printf("]}\n");
   return 0;

@@ -12,7 +12,9 @@
 //   on sorted tokens), experts_gflops, sgemm_peak_gflops (dtr f32 matmul 1024^3, best of 5),
 //   ceiling_ms (expert GEMM FLOPs / the SGEMM peak: the step if the GEMMs ran at the peak and
 //   nothing else took time), cpu_ms_per_step (process CPU time per step, warm-up included: the
-//   work, with --threads 1, on a shared machine), tokens_per_expert (the routing of the timed input). --profile 1
+//   work, with --threads 1, on a shared machine), step_peak_mib and step_allocations (one more step:
+//   dtr's allocator peak above what was live before it, and its allocate() calls; deterministic),
+//   tokens_per_expert (the routing of the timed input). --profile 1
 //   adds the op-by-op table and the six expert GEMMs timed alone (bench/moe_profile.h).
 //   Expert GEMM FLOPs per step: 3 GEMMs (gate, up, down) of 2 * T * k * H * I each forward,
 //   twice that backward: 18 * T * k * H * I.
