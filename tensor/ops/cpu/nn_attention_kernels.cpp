@@ -1,7 +1,7 @@
 // CPU kernels of sdpa (Flash-attention forward with online softmax) and sdpa_backward
-// (Flash-attention 2 backward), blocks of 64 queries x 128 keys through Eigen (64 x 64 was ~12%
-// slower on one core at [4, 9, 256, 64]). f32 blocks take exp through Eigen's vectorised packet
-// math; f64 keeps the scalar std::exp.
+// (Flash-attention 2 backward), blocks of 64 queries (per head of a GQA group) x 256 keys
+// (forward) / 128 keys (backward), block products through cpu::gemm (f32: dtr's SGEMM; f64:
+// Eigen). f32 blocks take exp through Eigen's vectorised packet math; f64 keeps the scalar std::exp.
 // Masks (see Mask): causal with a diagonal offset, sliding window, document ids; a score block the
 // mask hides entirely (past the diagonal, before the window, or without a document in common:
 // the min / max document ids of its rows and keys do not overlap) is skipped.
@@ -36,7 +36,11 @@ namespace dtr {
 namespace {
 
 constexpr int64_t kBlockQ = 64;
-constexpr int64_t kBlockK = 128;
+// Keys per block: 256 in the forward (at T = 256 one block per query block, no rescaling of the
+// accumulator; single-thread A/B at [4, 9/3, 256, 64]: median 6.69 -> 6.35 ms vs 128), 128 in the
+// backward (256 was no faster there and doubles its two score buffers).
+constexpr int64_t kBlockKForward = 256;
+constexpr int64_t kBlockKBackward = 128;
 
 template <class T>
 using Mat = Eigen::Matrix<T, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
@@ -151,13 +155,13 @@ void stack_queries(Mat<T>& qs, const Heads<const T>& Q, int64_t b, int64_t hk, i
     qs.middleRows(g * n, n) = CMap<T>(Q.at(b, hk * group + g, i0), n, D, Eigen::OuterStride<>(Q.sl)) * sc;
 }
 
-/// Calls f(j0, nb, mask) for each key block [j0, j0 + nb) that query rows [i0, i0 + n) of batch
+/// Calls f(j0, nb, mask) for each key block [j0, j0 + nb) of `block` keys that query rows [i0, i0 + n) of batch
 /// row b may see (blocks the mask hides entirely skipped), in key order.
 template <class F>
-void for_each_key_block(const Mask& mk, int64_t b, int64_t i0, int64_t n, F&& f) {
+void for_each_key_block(const Mask& mk, int64_t block, int64_t b, int64_t i0, int64_t n, F&& f) {
   const int64_t jend = key_end(mk, i0 + n);
-  for (int64_t j0 = key_begin(mk, i0); j0 < jend; j0 += kBlockK) {
-    const int64_t j1 = std::min(jend, j0 + kBlockK);
+  for (int64_t j0 = key_begin(mk, i0); j0 < jend; j0 += block) {
+    const int64_t j1 = std::min(jend, j0 + block);
     const BlockMask bm = block_mask(mk, b, i0, n, j0, j1);
     if (bm != BlockMask::all) f(j0, j1 - j0, bm);
   }
@@ -197,7 +201,7 @@ void sdpa_forward(const Tensor& q, const Tensor& k, const Tensor& v, Tensor& out
     Eigen::Matrix<T, Eigen::Dynamic, 1> m = Eigen::Matrix<T, Eigen::Dynamic, 1>::Constant(rows, ninf);
     Eigen::Matrix<T, Eigen::Dynamic, 1> l = Eigen::Matrix<T, Eigen::Dynamic, 1>::Zero(rows);
     Mat<T> s;
-    for_each_key_block(mk, b, i0, n, [&](int64_t j0, int64_t nb, BlockMask bm) {
+    for_each_key_block(mk, kBlockKForward, b, i0, n, [&](int64_t j0, int64_t nb, BlockMask bm) {
       CMap<T> km(K.at(b, hk, j0), nb, D, Eigen::OuterStride<>(K.sl));
       CMap<T> vm(V.at(b, hk, j0), nb, Dv, Eigen::OuterStride<>(V.sl));
       score_block(s, qs, km.data(), K.sl, nb, group, n, bm, mk, b, i0, j0);
@@ -319,7 +323,7 @@ void sdpa_backward(const Tensor& g, const Tensor& q, const Tensor& k, const Tens
         for (int64_t r = 0; r < n; ++r) lrow(j * n + r) = pl[b * lsb + h * lsh + (i0 + r) * lst];
       }
       dqb = Mat<T>::Zero(rows, D);
-      for_each_key_block(mk, b, i0, n, [&](int64_t j0, int64_t nb, BlockMask bm) {
+      for_each_key_block(mk, kBlockKBackward, b, i0, n, [&](int64_t j0, int64_t nb, BlockMask bm) {
         CMap<T> km(K.at(b, hk, j0), nb, D, Eigen::OuterStride<>(K.sl));
         CMap<T> vm(V.at(b, hk, j0), nb, Dv, Eigen::OuterStride<>(V.sl));
         score_block(s, qs, km.data(), K.sl, nb, group, n, bm, mk, b, i0, j0);
