@@ -233,14 +233,15 @@ MemoryPlan plan_rank(CausalLM& model, const MeshContext& ctx, const StepShape& s
   plan.activation_bytes = T * (kept_all + max_recomputed) * P;
   // The loss: dtr-train takes it through the fused head (linear_cross_entropy, causal_lm.h's
   // causal_lm_loss(model, ids, labels)): in the forward, per chunk of min(tokens, 2^28 / (4 V))
-  // rows, the chunk's logits [rows, vocab / tp] (f32) and cross_entropy's backward on them: the
-  // logits and their gradient (2x); vocab-parallel under TP 6.25x (logits, target mask and the
-  // 5 temporaries of dtensor/rules/loss.cpp's dlogits expression). The input gradient [tokens,
+  // rows, the chunk's logits [rows, vocab / tp] (f32), their gradient written over them by the
+  // one-pass loss + gradient kernel (1x; CPU, the plan's device: CUDA's cross_entropy + its
+  // backward hold a second buffer, 2x); vocab-parallel under TP 6.25x (logits, target mask and
+  // the 5 temporaries of dtensor/rules/loss.cpp's dlogits expression). The input gradient [tokens,
   // hidden] and the head's weight gradient are formed there and held until the backward.
   const double chunk_rows = std::min(T, std::max(16.0, std::floor(static_cast<double>(int64_t{1} << 28) /
                                                                   (4.0 * static_cast<double>(c.vocab_size)))));
   const double local_logits = chunk_rows * static_cast<double>(c.vocab_size) / t * std::max(P, 4.0);
-  const double ce_peak = !sv.last ? 0.0 : tp > 1 ? 6.25 * local_logits : 2.0 * local_logits;
+  const double ce_peak = !sv.last ? 0.0 : tp > 1 ? 6.25 * local_logits : local_logits;
   plan.logits_bytes = ce_peak;
 
   // The step's peak over its phases (beyond params + optimizer state), each a point where the
