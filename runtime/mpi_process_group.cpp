@@ -82,6 +82,27 @@ class P2pWork : public Work {
 
 }  // namespace
 
+// ---- arrival wait ------------------------------------------------------------------------------
+void MpiProcessGroup::wait_for_peers(const std::string& what) const {
+  // Open MPI's blocking collectives busy-poll until every rank has arrived: on a machine with
+  // one core per rank that spin takes the core from this rank's (or a peer's) compute thread
+  // for as long as the slowest rank is behind. An MPI_Ibarrier polled by MPI_Test with a
+  // sleeping back-off (a few tight polls, then 1 us doubling to 256 us) waits for the arrival
+  // without burning a core; the collective itself, entered once all ranks are there, stays the
+  // same MPI call (same algorithm, same bits).
+  MPI_Request req = MPI_REQUEST_NULL;
+  mpi::check(MPI_Ibarrier(comm_, &req), "MPI_Ibarrier", what + " (arrival wait) on group " + name_);
+  int flag = 0;
+  auto sleep = std::chrono::microseconds(1);
+  for (int polls = 0;; ++polls) {
+    mpi::check(MPI_Test(&req, &flag, MPI_STATUS_IGNORE), "MPI_Test", what + " (arrival wait) on group " + name_);
+    if (flag) return;
+    if (polls < 32) continue;
+    std::this_thread::sleep_for(sleep);
+    sleep = std::min(sleep * 2, std::chrono::microseconds(256));
+  }
+}
+
 // ---- construction ------------------------------------------------------------------------------
 MpiProcessGroup::MpiProcessGroup(MPI_Comm comm, std::string name) : comm_(comm) {
   if (comm_ == MPI_COMM_NULL) {
@@ -201,6 +222,7 @@ WorkPtr MpiProcessGroup::all_reduce(Tensor& t, ReduceOp op) {
   mpi::Staged s(t);
   const int64_t n = t.numel();
   return enqueue(CommKind::all_reduce, what, [this, s, n, op, what]() mutable {
+    wait_for_peers(what);
     if (comm_debug())
       check_signature(what, {int64_t(CommKind::all_reduce), n, int64_t(s.buf.dtype()), int64_t(op), -1});
     s.load();
@@ -235,6 +257,7 @@ WorkPtr MpiProcessGroup::all_gather(Tensor& out, const Tensor& in) {
   mpi::Staged si(in), so(out);
   const int64_t n = in.numel();
   return enqueue(CommKind::all_gather, what, [this, si, so, n, what]() mutable {
+    wait_for_peers(what);
     if (comm_debug()) check_signature(what, {int64_t(CommKind::all_gather), n, int64_t(si.buf.dtype()), 0, -1});
     si.load();
     const MPI_Datatype dt = mpi::datatype(si.buf.dtype());
@@ -264,6 +287,7 @@ WorkPtr MpiProcessGroup::reduce_scatter(Tensor& out, const Tensor& in, ReduceOp 
   mpi::Staged si(in), so(out);
   const int64_t n = out.numel();
   return enqueue(CommKind::reduce_scatter, what, [this, si, so, n, op, what]() mutable {
+    wait_for_peers(what);
     if (comm_debug())
       check_signature(what, {int64_t(CommKind::reduce_scatter), n, int64_t(si.buf.dtype()), int64_t(op), -1});
     si.load();
@@ -294,6 +318,7 @@ WorkPtr MpiProcessGroup::broadcast(Tensor& t, int root) {
   mpi::Staged s(t);
   const int64_t n = t.numel();
   return enqueue(CommKind::broadcast, what, [this, s, n, root, what]() mutable {
+    wait_for_peers(what);
     if (comm_debug()) check_signature(what, {int64_t(CommKind::broadcast), n, int64_t(s.buf.dtype()), 0, root});
     if (rank_ == root) s.load();
     mpi::check(MPI_Bcast(s.data(), mpi::count(n, what), mpi::datatype(s.buf.dtype()), root, comm_), "MPI_Bcast", what);
@@ -315,6 +340,7 @@ WorkPtr MpiProcessGroup::all_to_all(Tensor& out, const Tensor& in) {
   mpi::Staged si(in), so(out);
   const int64_t n = in.numel() / size_;
   return enqueue(CommKind::all_to_all, what, [this, si, so, n, what]() mutable {
+    wait_for_peers(what);
     if (comm_debug()) check_signature(what, {int64_t(CommKind::all_to_all), n * size_, int64_t(si.buf.dtype()), 0, -1});
     si.load();
     const MPI_Datatype dt = mpi::datatype(si.buf.dtype());
@@ -361,6 +387,7 @@ WorkPtr MpiProcessGroup::all_to_all(Tensor& out, const Tensor& in, const std::ve
   }
   mpi::Staged si(in), so(out);
   return enqueue(CommKind::all_to_all, what, [this, si, so, row, sc, sd, rc, rd, out_splits, in_splits, what]() mutable {
+    wait_for_peers(what);
     if (comm_debug()) {
       check_signature(what, {int64_t(CommKind::all_to_all), row, int64_t(si.buf.dtype()), 1, -1});
       std::vector<int64_t> got(size_);  // got[j] = rows rank j sends to this rank
@@ -420,7 +447,7 @@ WorkPtr MpiProcessGroup::barrier() {
   if (size_ == 1) return QueuedWork::completed(what, name_);
   return enqueue(CommKind::barrier, what, [this, what]() {
     if (comm_debug()) check_signature(what, {int64_t(CommKind::barrier), 0, 0, 0, -1});
-    mpi::check(MPI_Barrier(comm_), "MPI_Barrier", what);
+    wait_for_peers(what);  // the barrier itself, without spinning
   });
 }
 

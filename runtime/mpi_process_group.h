@@ -2,6 +2,8 @@
 // MpiProcessGroup: ProcessGroup over an MPI communicator for CPU tensors. Each group owns a
 // communication thread (WorkQueue): every call enqueues and returns a Work at once, calls run
 // in issue order and progress while the caller computes. Needs MPI_THREAD_MULTIPLE (dtr::init).
+// Each collective first waits, sleeping, until every rank has issued it (wait_for_peers), then
+// runs the blocking MPI call: the thread never spins on a core while a peer is behind.
 #include <mpi.h>
 
 #include <memory>
@@ -63,6 +65,10 @@ class MpiProcessGroup : public ProcessGroup {
   /// Debug mode: all ranks compare `sig` (kind, numel, dtype, op, root); raises on all ranks
   /// when they differ.
   void check_signature(const std::string& what, const std::vector<int64_t>& sig) const;
+  /// Returns once every rank of the group has reached this point (MPI_Ibarrier polled with a
+  /// sleeping back-off on the communication thread), so that the blocking collective after it
+  /// does not busy-poll a core while a peer is still computing.
+  void wait_for_peers(const std::string& what) const;
   MPI_Comm comm_ = MPI_COMM_NULL;
   int rank_ = 0, size_ = 1;
   std::vector<int> ranks_;

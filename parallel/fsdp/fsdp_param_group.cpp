@@ -1,6 +1,7 @@
 // FSDPParamGroup (see fsdp_param_group.h).
 #include "parallel/fsdp/fsdp_param_group.h"
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 
@@ -45,6 +46,13 @@ int64_t FSDPParam::rows_of(int64_t r) const {
 }
 
 const Tensor& FSDPParam::unsharded_local() const { return tp_spec ? local_tensor(unsharded) : unsharded; }
+
+void FSDPParam::versions(uint32_t out[4]) const {
+  out[0] = local_tensor(sharded).version();
+  out[1] = sharded.version();
+  out[2] = unsharded.version();
+  out[3] = unsharded_local().version();
+}
 
 FSDPParamGroup::FSDPParamGroup(nn::Module& module, std::vector<std::pair<std::vector<std::string>, Tensor>> params,
                                const DeviceMesh& mesh, const FSDPOptions& opt, std::string label, bool tp_layout)
@@ -115,6 +123,9 @@ FSDPParamGroup::FSDPParamGroup(nn::Module& module, std::vector<std::pair<std::ve
     Shape local_shape = p.shape;
     local_shape[0] = p.local_rows;
     Tensor local = flat_shard_.narrow(0, p.shard_offset, p.local_rows * p.row_numel).view(local_shape);
+    // Its own version counter (not the flat buffer's): the optimizer stepping one parameter of
+    // the unit must not mark the unit's frozen parameters as changed (frozen-parameter reuse).
+    local.impl()->version = std::make_shared<std::atomic<uint32_t>>(0);
     if (is_meta(whole)) {
       // Meta initialisation: this rank's rows are made here, from the recipe (Philox by global
       // offset, or the file's byte range); the full tensor never exists on any rank.
@@ -202,11 +213,37 @@ void FSDPParamGroup::register_tensors(bool unsharded) {
 }
 
 void FSDPParamGroup::unshard_async() {
-  if (unsharded_ || gather_work_ || params_.empty()) return;
+  if (unsharded_ || gather_work_ || !gathering_.empty() || params_.empty()) return;
   NoGradGuard no_grad;
-  // Copy-in only when a cast is needed: otherwise the flat shard buffer is the input.
-  gather_in_ = param_dtype_ == storage_dtype_ ? flat_shard_ : flat_shard_.to(param_dtype_);
-  gather_out_ = empty({shard_size_ * shard_numel_}, TensorOptions(param_dtype_).with_device(device_));
+  // Kept frozen parameters whose shard is unchanged need no gather.
+  gathering_.clear();
+  int64_t numel = 0;
+  for (size_t i = 0; i < params_.size(); ++i) {
+    FSDPParam& p = params_[i];
+    if (p.kept) {
+      uint32_t v[4];
+      p.versions(v);
+      p.kept = !p.trainable && std::equal(v, v + 4, p.gathered_versions);
+    }
+    if (p.kept) continue;
+    gathering_.push_back(static_cast<int>(i));
+    numel += p.padded_numel();
+  }
+  if (gathering_.empty()) {
+    gathering_.push_back(-1);  // nothing to move: wait_unshard only registers
+    return;
+  }
+  if (numel == shard_numel_) {
+    // Copy-in only when a cast is needed: otherwise the flat shard buffer is the input.
+    gather_in_ = param_dtype_ == storage_dtype_ ? flat_shard_ : flat_shard_.to(param_dtype_);
+  } else {
+    // Some parameters kept: the others' padded shards packed side by side (FSDP2's copy-in).
+    std::vector<Tensor> parts;
+    for (int i : gathering_) parts.push_back(flat_shard_.narrow(0, params_[i].shard_offset, params_[i].padded_numel()));
+    gather_in_ = cat(parts, 0);
+    if (param_dtype_ != storage_dtype_) gather_in_ = gather_in_.to(param_dtype_);
+  }
+  gather_out_ = empty({shard_size_ * numel}, TensorOptions(param_dtype_).with_device(device_));
   gather_work_ = shard_pg_->all_gather(gather_out_, gather_in_);
 }
 
@@ -215,25 +252,34 @@ void FSDPParamGroup::wait_unshard() {
     unsharded_ = true;
     return;
   }
-  if (!gather_work_) unshard_async();
-  timed_wait(gather_work_);
-  gather_work_.reset();
-  // Copy-out: rank r's segment holds rows [r * chunk_rows, ...) of every parameter, so viewed as
-  // [shard size, shard_numel] its column blocks are the parameters' padded buffers (FSDP2's
-  // split_with_sizes_copy). Their version counters are kept: autograd may hold the parameter
-  // from the forward when it was resharded in between, and the values are the ones it saw.
-  NoGradGuard no_grad;
-  std::vector<Tensor> outs;
-  Shape sizes;
-  for (FSDPParam& p : params_) {
-    p.padded.storage()->resize_(static_cast<size_t>(p.padded.numel()) * itemsize(param_dtype_));
-    outs.push_back(p.padded.view({shard_size_, p.padded_numel()}));
-    sizes.push_back(p.padded_numel());
+  if (!gather_work_ && gathering_.empty()) unshard_async();
+  if (gather_work_) {
+    timed_wait(gather_work_);
+    gather_work_.reset();
+    // Copy-out: rank r's segment holds rows [r * chunk_rows, ...) of every gathered parameter,
+    // so viewed as [shard size, gathered numel] its column blocks are the parameters' padded
+    // buffers (FSDP2's split_with_sizes_copy). Their version counters are kept: autograd may
+    // hold the parameter from the forward when it was resharded in between, and the values are
+    // the ones it saw.
+    NoGradGuard no_grad;
+    std::vector<Tensor> outs;
+    Shape sizes;
+    int64_t numel = 0;
+    for (int i : gathering_) {
+      FSDPParam& p = params_[i];
+      p.padded.storage()->resize_(static_cast<size_t>(p.padded.numel()) * itemsize(param_dtype_));
+      outs.push_back(p.padded.view({shard_size_, p.padded_numel()}));
+      sizes.push_back(p.padded_numel());
+      numel += p.padded_numel();
+    }
+    {
+      UnsafePreserveVersionCounter keep(outs);
+      split_with_sizes_copy(gather_out_.view({shard_size_, numel}), sizes, 1, outs);
+    }
+    for (int i : gathering_) params_[i].versions(params_[i].gathered_versions);
   }
-  {
-    UnsafePreserveVersionCounter keep(outs);
-    split_with_sizes_copy(gather_out_.view({shard_size_, shard_numel_}), sizes, 1, outs);
-  }
+  gathering_.clear();
+  for (FSDPParam& p : params_) p.kept = false;
   gather_in_ = Tensor();
   gather_out_ = Tensor();
   unsharded_ = true;
@@ -241,6 +287,7 @@ void FSDPParamGroup::wait_unshard() {
 }
 
 void FSDPParamGroup::drop_gather() {
+  gathering_.clear();
   if (!gather_work_) return;
   timed_wait(gather_work_);
   gather_work_.reset();
@@ -248,9 +295,15 @@ void FSDPParamGroup::drop_gather() {
   gather_out_ = Tensor();
 }
 
-void FSDPParamGroup::reshard() {
+void FSDPParamGroup::reshard(bool keep_frozen) {
   if (!unsharded_) return;
-  for (FSDPParam& p : params_) p.padded.storage()->resize_(0);
+  for (FSDPParam& p : params_) {
+    uint32_t v[4];
+    if (keep_frozen && !p.trainable) p.versions(v);
+    // Kept only when nothing wrote the unsharded values since they were gathered.
+    p.kept = keep_frozen && !p.trainable && std::equal(v, v + 4, p.gathered_versions);
+    if (!p.kept) p.padded.storage()->resize_(0);
+  }
   unsharded_ = false;
   register_tensors(false);
 }

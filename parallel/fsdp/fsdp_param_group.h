@@ -43,6 +43,13 @@ struct FSDPParam {
                                   // rows * row_numel elements are unsharded_local() (same storage)
   Tensor acc_grad;                // unsynced accumulation in reduce_dtype (when != param_dtype); like
                                   // unsharded.grad(), a TP DTensor under FSDP + TP (Partial kept)
+  // Frozen-parameter reuse (FSDPParamGroup::reshard(true)): `padded` keeps its storage while the
+  // unit is sharded, and the next unshard skips the parameter when the versions of its shard
+  // (local tensor and DTensor) and of its unsharded tensor still equal those at its last gather.
+  bool kept = false;
+  uint32_t gathered_versions[4] = {0, 0, 0, 0};
+  /// The versions compared by the reuse check (sharded local, sharded DTensor, unsharded, its local).
+  void versions(uint32_t out[4]) const;
   int64_t padded_numel() const { return chunk_rows * row_numel; }
   /// Rows rank r of the shard dim holds.
   int64_t rows_of(int64_t r) const;
@@ -74,7 +81,11 @@ class FSDPParamGroup {
   /// them in the module. No-op when already unsharded.
   void wait_unshard();
   /// Frees the unsharded parameters' storage and registers the sharded DTensors again.
-  void reshard();
+  /// keep_frozen: frozen parameters keep their unsharded storage (and values); the next
+  /// unshard gathers only the other parameters while a kept one's shard is unchanged (its
+  /// version counters: optimizer steps, copy_ / load_state_dict into the shard, in-place writes
+  /// to the unsharded tensor all bump them). The module sees the sharded DTensors either way.
+  void reshard(bool keep_frozen = false);
   bool is_unsharded() const { return unsharded_; }
   bool gather_in_flight() const { return gather_work_ != nullptr; }
   /// Waits for an in-flight all-gather and drops its result (end of backward clean-up).
@@ -144,6 +155,7 @@ class FSDPParamGroup {
   // in-flight all-gather
   WorkPtr gather_work_;
   Tensor gather_in_, gather_out_;
+  std::vector<int> gathering_;  // indices of the parameters the in-flight all-gather carries
   // in-flight reduction
   WorkPtr rs_work_, ar_work_;
   Tensor rs_in_, rs_out_;

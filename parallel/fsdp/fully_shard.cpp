@@ -94,7 +94,11 @@ struct FSDPContext {
     wait_reductions();
     finalized = true;
   }
-  /// Everything left: reduce incomplete units, wait, drop prefetches, reshard all.
+  /// Everything left: reduce incomplete units, wait, drop prefetches, reshard all. A unit still
+  /// unsharded here (the root; a unit whose frozen parameters waited for the end of backward,
+  /// like the first layer under LoRA) keeps its frozen parameters gathered: they are alive at
+  /// this point anyway, and the next forward, which needs them first thing, then gathers only
+  /// the parameters the optimizer can have changed (FSDPParamGroup::reshard(true)).
   void finish(bool reduce_incomplete) {
     if (reduce_incomplete)
       for (FSDPState* s : fwd_cur)
@@ -102,7 +106,7 @@ struct FSDPContext {
     wait_reductions();
     for (FSDPState* s : units) {
       s->group->drop_gather();
-      s->group->reshard();
+      s->group->reshard(/*keep_frozen=*/true);
     }
     finalized = true;
   }

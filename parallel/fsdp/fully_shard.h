@@ -54,8 +54,11 @@
 // recomputation's nested backward does not run it): it reduces the units that received only part
 // of their gradients (missing gradients count as zero; with requires_gradient_sync false it keeps
 // them unsharded instead), waits for every reduction and in-flight all-gather and reshards every
-// unit. So after loss.backward() the sharded .grad are final, also when some trainable parameter
-// got no gradient. The state of a unit lives on its module (nn::Module::state, key
+// unit; a unit still unsharded then (the root, a unit whose frozen parameters waited for the end)
+// keeps its frozen parameters gathered, and the next forward gathers only its other parameters
+// while those shards are unchanged (FSDPParamGroup::reshard(keep_frozen); the module sees the
+// sharded DTensors either way). So after loss.backward() the sharded .grad are final, also when
+// some trainable parameter got no gradient. The state of a unit lives on its module (nn::Module::state, key
 // "fully_shard"); a module given replicate too is refused. A unit that received no gradient at
 // all on this rank issues no reduce-scatter (every rank must reach each unit's parameters).
 #include "parallel/fsdp/fsdp_param_group.h"

@@ -1,8 +1,10 @@
 // fully_shard: communication volume per step equals the theoretical FSDP figure (from the
 // process-group byte counters), frozen parameters are never reduced (no reduce-scatter for a
 // frozen-only unit), and sharded parameter + gradient + optimizer-state bytes per rank are
-// 1/dp of the dp = 1 figure up to the padding of uneven shards.
+// 1/dp of the dp = 1 figure up to the padding of uneven shards; frozen parameters still gathered
+// when a backward ends are not gathered again until their shard changes.
 #include "parallel_test_util.h"
+#include "tensor/autograd/grad_mode.h"
 
 using namespace dtr;
 using namespace dtr::testing;
@@ -92,10 +94,11 @@ TEST_CASE("fully_shard: bytes per step equal the theoretical all-gather + reduce
     CommCounters& cnt = mesh.group(0)->counters();
     cnt.reset();
     one_step(*net, adam, 1, c.micro);
-    // Forward gathers every unit; backward again the non-root units when resharded.
+    // Forward gathers every unit; backward again the non-root units when resharded. A frozen
+    // root stays gathered from the warm-up step's end (FSDPParamGroup::reshard(keep_frozen)).
     int64_t ag_elems = 0, ag_calls = 0, rs_elems = 0, rs_calls = 0;
     for (auto& [unit, f] : th) {
-      const int64_t gathers = 1 + (c.reshard && !unit.empty() ? 1 : 0);
+      const int64_t gathers = unit.empty() && f.grad_shard == 0 ? 0 : 1 + (c.reshard && !unit.empty() ? 1 : 0);
       ag_elems += c.micro * gathers * f.shard;
       ag_calls += c.micro * gathers;
       if (f.grad_shard > 0) {
@@ -171,4 +174,55 @@ TEST_CASE("fully_shard: parameter + gradient + optimizer state bytes per rank ar
   CHECK(sum_t.item<int64_t>() == total);
   INFO("per rank " << mine << " bytes, dp=1 " << total << " bytes, bound " << bound);
   CHECK(static_cast<double>(mine) <= static_cast<double>(total) / static_cast<double>(n) + (bound - total / n));
+}
+
+TEST_CASE("fully_shard: frozen parameters kept gathered after backward are gathered again only when their shard changes") {
+  // Only layer 1 trainable: the root (emb, norm, head) is frozen and still unsharded when the
+  // backward ends, so it stays gathered and the next forward issues no all-gather for it
+  // (FSDPParamGroup::reshard(keep_frozen)). A frozen shard written between steps (copy_, as a
+  // checkpoint load does) must be gathered again: the losses and parameters equal a
+  // single-process run with the same write.
+  DeviceMesh mesh = DeviceMesh::world("dp");
+  auto scale_head = [](nn::Module& m) {
+    NoGradGuard ng;
+    Tensor p = m.get_parameter("head.weight");
+    Tensor& t = p.is_distributed() ? const_cast<Tensor&>(local_tensor(p)) : p;
+    t.copy_(mul(t, 0.5));
+  };
+  auto run = [&](nn::Module& net, bool dist, std::vector<int64_t>* root_gathers) {
+    std::vector<Tensor> ps;
+    for (auto& p : net.parameters())
+      if (p.requires_grad()) ps.push_back(p);
+    optim::SGD sgd(ps, optim::SGDOptions{0.1});
+    TrainSpec s;
+    s.steps = 1;
+    if (dist) {
+      s.dp_rank = rank();
+      s.dp_size = world_size();
+      s.loss_pg = DeviceMesh::world("loss").group(0);
+    }
+    std::vector<double> losses;
+    CommCounters& cnt = mesh.group(0)->counters();
+    for (int step = 0; step < 4; ++step) {
+      if (step == 2) scale_head(net);
+      cnt.reset();
+      for (double l : train(net, sgd, s)) losses.push_back(l);
+      if (root_gathers) root_gathers->push_back(cnt.count(CommKind::all_gather));
+    }
+    return losses;
+  };
+  auto ref = make_net();
+  freeze_all_but_layer1(*ref);
+  const std::vector<double> ref_losses = run(*ref, false, nullptr);
+  auto net = build(mesh, {}, freeze_all_but_layer1);
+  std::vector<int64_t> gathers;
+  const std::vector<double> losses = run(*net, true, &gathers);
+  for (size_t i = 0; i < losses.size(); ++i) CHECK(std::abs(losses[i] - ref_losses[i]) <= 2e-6 * ref_losses[i]);
+  auto [d, where] = max_param_diff(full_params(*ref), full_params(*net));
+  INFO("max diff " << d << " at " << where);
+  CHECK(d <= 1e-6);
+  if (world_size() == 1) return;
+  // Per step: layer 0 twice (forward, and layer 1's backward prefetch), layer 1 twice, the root
+  // only in the first step and in the step after its shard was written.
+  CHECK(gathers == std::vector<int64_t>{5, 4, 5, 4});
 }

@@ -3,8 +3,12 @@
 // (element i of rank r = value(r, i)). Runs on 1, 2, 3 and 4 ranks.
 #include <catch2/catch.hpp>
 
+#include <sys/resource.h>
+
 #include <algorithm>
+#include <chrono>
 #include <string>
+#include <thread>
 
 #include "runtime/env.h"
 #include "runtime/mpi_process_group.h"
@@ -14,6 +18,17 @@ using namespace dtr;
 using namespace dtr::testing;
 
 namespace {
+
+/// CPU seconds of this process, all threads (getrusage user + system).
+double process_cpu_seconds() {
+  rusage u{};
+  getrusage(RUSAGE_SELF, &u);
+  return static_cast<double>(u.ru_utime.tv_sec + u.ru_stime.tv_sec) +
+         1e-6 * static_cast<double>(u.ru_utime.tv_usec + u.ru_stime.tv_usec);
+}
+double wall_seconds() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
 
 // Sizes: empty, one element, odd, large. Large is 1<<20 elements for f32 and bf16 (the
 // training dtypes) and 1<<18 for the others (still far above MPI's eager and segment sizes),
@@ -280,4 +295,26 @@ TEST_CASE("an async all_reduce progresses while the caller computes", "[collecti
   CHECK(w->is_completed());
   w->wait();
   CHECK(mismatches(t, [&](int64_t i) { return reduce_ref(ReduceOp::SUM, size, value, i); }) == 0);
+}
+
+TEST_CASE("a collective waiting for a late rank does not spin a core", "[collectives][overlap]") {
+  // Every rank but 0 issues the all_gather 400 ms late. Rank 0's main thread blocks in wait()
+  // (a condition variable) and its communication thread waits for the others to arrive: that
+  // wait must sleep (MpiProcessGroup::wait_for_peers), not busy-poll a core as Open MPI's
+  // blocking collectives do, so the process uses far less CPU than the wall time it waits.
+  auto pg = MpiProcessGroup::world();
+  const int me = pg->rank(), size = pg->size();
+  if (size == 1) return;
+  Tensor in = make({1 << 12}, DType::f32, [&](int64_t i) { return value(me, i); });
+  Tensor out = zeros({size * (1 << 12)}, DType::f32);
+  pg->barrier()->wait();
+  if (me != 0) std::this_thread::sleep_for(std::chrono::milliseconds(400));
+  const double cpu0 = process_cpu_seconds(), t0 = wall_seconds();
+  pg->all_gather(out, in)->wait();
+  const double cpu = process_cpu_seconds() - cpu0, wall = wall_seconds() - t0;
+  CHECK(mismatches(out, [&](int64_t i) { return value(static_cast<int>(i >> 12), i & ((1 << 12) - 1)); }) == 0);
+  if (me != 0) return;
+  INFO("rank 0 waited " << wall << " s using " << cpu << " s of CPU");
+  CHECK(wall > 0.3);
+  CHECK(cpu < 0.1 * wall);
 }
