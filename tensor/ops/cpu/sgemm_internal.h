@@ -21,7 +21,10 @@ namespace dtr::cpu::sgemm_detail {
 
 constexpr int MR = 14;             // rows of the register tile (broadcast from packed A)
 constexpr int NR = 32;             // columns of the register tile (two zmm of packed B)
-constexpr int64_t KC_MAX = 640;    // K block: A panel kc x 14 (<= 35 KB) stays in the 48 KB L1
+// K block. The A panel (kc x 14, <= 35 KB) does not stay in the 48 KB L1 while a B panel (kc x
+// 32, 80 KB) streams past it, so both come from L2 (184 bytes per k, 14 cycles of FMAs); blocks of
+// 256-384 (A + B panel within L1) measured no faster (sgemm.h), and 640 keeps K = 576 in one block.
+constexpr int64_t KC_MAX = 640;
 constexpr int64_t NC_PANELS = 64;  // B columns packed at a time: 64 panels = 2048 columns
 constexpr int64_t NSUB_PANELS = 8; // B sub-block reused from L2 over all A panels: 256 columns
 constexpr int SKINNY_N = 16;       // n <= 16: one masked zmm of C per row
