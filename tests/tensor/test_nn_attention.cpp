@@ -7,6 +7,7 @@
 #include <catch2/catch.hpp>
 #include <cmath>
 #include <limits>
+#include <omp.h>
 
 #include "gradcheck.h"
 #include "tensor/dispatch.h"
@@ -115,6 +116,35 @@ TEST_CASE("sdpa f32 kernels (dtr's GEMM per block) match the f64 naive reference
     CHECK(max_abs_diff(k.grad().to(DType::f64), k64.grad()) < 1e-4);
     CHECK(max_abs_diff(v.grad().to(DType::f64), v64.grad()) < 1e-4);
   }
+}
+
+TEST_CASE("sdpa work splits match the naive reference and do not depend on the thread count", "[attention]") {
+  // The CPU kernels stack the query heads of a kv head per work item (all of the group, or a
+  // divisor of it when there are fewer than 16 forward items) and split a kv head's query blocks
+  // over up to 4 backward items (each with its own dk / dv, added at the end) when there are
+  // fewer than 8 kv items. Cases: whole group stacked + 2 backward chunks; half of a group of 4
+  // stacked + 4 chunks (T = 450: 8 query blocks, 2 key blocks of 256 forward); no backward split
+  // (8 kv items); a window with the group stacked.
+  manual_seed(43);
+  compare_with_naive(2, 4, 2, 260, 260, 8, true);
+  compare_with_naive(1, 4, 1, 450, 450, 8, true);
+  compare_with_naive(2, 8, 4, 70, 70, 4, true);
+  compare_with_naive(2, 6, 2, 300, 300, 8, true, 70);
+  compare_with_naive(1, 4, 1, 130, 200, 8, false);
+  // f32: 1 and 2 threads give the same bits (the splits follow the shape, not the threads).
+  Tensor q = randn({1, 4, 200, 16}), k = randn({1, 1, 200, 16}), v = randn({1, 1, 200, 16});
+  auto fw = dispatch(OpCall{op_def("sdpa"), {q, k, v}, {true, 0.25}});
+  Tensor g = randn(fw[0].sizes());
+  const int saved = omp_get_max_threads();
+  std::vector<Tensor> runs[2];
+  for (int t = 1; t <= 2; ++t) {
+    omp_set_num_threads(t);
+    runs[t - 1] = dispatch(OpCall{op_def("sdpa"), {q, k, v}, {true, 0.25}});
+    for (const Tensor& d : dispatch(OpCall{op_def("sdpa_backward"), {g, q, k, v, fw[0], fw[1]}, {true, 0.25}}))
+      runs[t - 1].push_back(d);
+  }
+  omp_set_num_threads(saved);
+  for (size_t i = 0; i < runs[0].size(); ++i) CHECK(max_abs_diff(runs[0][i], runs[1][i]) == 0);
 }
 
 TEST_CASE("sdpa with a sliding window matches the masked reference", "[attention]") {

@@ -7,16 +7,18 @@
 // the min / max document ids of its rows and keys do not overlap) is skipped.
 // GQA: the query blocks of the heads that share a kv head are stacked (stack_queries), so each
 // block product runs once per kv head with group x 64 rows and packs each K / V block once.
-// Forward work items: (batch, kv head, query block), in parallel.
-// Backward work items: (batch, kv head), in parallel; each owns its dk/dv rows and the dq rows
-// of the query heads in its group, so no accumulation races.
+// Forward work items: (batch, kv head, query block), in parallel; with fewer than
+// kMinForwardItems of them, fewer heads per item (a divisor of the group).
+// Backward work items: (batch, kv head[, query chunk]), in parallel; each owns the dq rows of
+// its query blocks and its dk / dv accumulators (the output's rows, or with query chunks, a
+// buffer per chunk added at the end), so no accumulation races.
 // bf16/f16 inputs are computed in f32 and lse is kept in f32 (registered without the
 // dispatcher's upcast so that lse is not rounded to low precision).
 // Layouts: q, k, v, g, out are read through their strides (unit stride in D), so the model's
 // [B, T, H, D] projections transposed to [B, H, T, D] are read in place. The output is written in
 // [B, T, Hq, Dv] memory order (PyTorch's CPU flash attention does the same), so the model's
 // transpose back to [B, T, Hq * Dv] is a view; dq / dk / dv keep the memory order of q / k / v
-// (cpu/layout.h). GQA reads each kv head for its group of query heads (no repeated copy).
+// (cpu/layout.h). k / v are never repeated for GQA.
 #define EIGEN_DONT_PARALLELIZE
 #include <Eigen/Dense>
 #include <algorithm>
@@ -24,6 +26,7 @@
 #include <limits>
 #include <type_traits>
 #include <utility>
+#include <vector>
 
 #include "tensor/dispatch.h"
 #include "tensor/ops.h"
@@ -143,16 +146,29 @@ void apply_mask(T* sp, int64_t rows, int64_t cols, const Mask& mk, int64_t b, in
   }
 }
 
-/// Loads the query blocks [i0, i0 + n) of the `group` query heads of kv head hk, batch row b,
-/// scaled by `sc`, stacked head-major into `qs` [group * n, D]: row g * n + r is query i0 + r of
-/// head hk * group + g. The block products of the group then share each K / V block (one GEMM
-/// with group * n rows instead of group GEMMs that pack the same K / V block again).
+/// Loads the query blocks [i0, i0 + n) of query heads h0 .. h0 + heads - 1 (sharing one kv
+/// head), batch row b, scaled by `sc`, stacked head-major into `qs` [heads * n, D]: row g * n + r
+/// is query i0 + r of head h0 + g. Their block products then share each K / V block (one GEMM
+/// with heads * n rows instead of `heads` GEMMs that pack the same K / V block again).
 template <class T>
-void stack_queries(Mat<T>& qs, const Heads<const T>& Q, int64_t b, int64_t hk, int64_t group, int64_t i0, int64_t n,
+void stack_queries(Mat<T>& qs, const Heads<const T>& Q, int64_t b, int64_t h0, int64_t heads, int64_t i0, int64_t n,
                    int64_t D, T sc) {
-  qs.resize(group * n, D);
-  for (int64_t g = 0; g < group; ++g)
-    qs.middleRows(g * n, n) = CMap<T>(Q.at(b, hk * group + g, i0), n, D, Eigen::OuterStride<>(Q.sl)) * sc;
+  qs.resize(heads * n, D);
+  for (int64_t g = 0; g < heads; ++g)
+    qs.middleRows(g * n, n) = CMap<T>(Q.at(b, h0 + g, i0), n, D, Eigen::OuterStride<>(Q.sl)) * sc;
+}
+
+/// Forward work items below which fewer query heads are stacked per item (each item then takes
+/// a divisor of the group): Gemma 3's one kv head at T = 256 gave 4 items, which left threads idle
+/// on the causal imbalance. By shape only (the result does not depend on the thread count).
+constexpr int64_t kMinForwardItems = 16;
+
+/// Query heads stacked per forward item: the largest divisor d of `group` with
+/// kv_blocks * group / d >= kMinForwardItems (kv_blocks = batch x kv heads x query blocks), else 1.
+int64_t forward_heads_per_item(int64_t group, int64_t kv_blocks) {
+  for (int64_t d = group; d > 1; --d)
+    if (group % d == 0 && kv_blocks * (group / d) >= kMinForwardItems) return d;
+  return 1;
 }
 
 /// Calls f(j0, nb, mask) for each key block [j0, j0 + nb) of `block` keys that query rows [i0, i0 + n) of batch
@@ -167,16 +183,16 @@ void for_each_key_block(const Mask& mk, int64_t block, int64_t b, int64_t i0, in
   }
 }
 
-/// The stacked score block s [group * n, nb] = qs k^T for the keys [j0, j0 + nb) (kb: the first
+/// The stacked score block s [heads * n, nb] = qs k^T for the keys [j0, j0 + nb) (kb: the first
 /// key's row, row stride ks), masked per head when the block is partial.
 template <class T>
-void score_block(Mat<T>& s, const Mat<T>& qs, const T* kb, int64_t ks, int64_t nb, int64_t group, int64_t n,
+void score_block(Mat<T>& s, const Mat<T>& qs, const T* kb, int64_t ks, int64_t nb, int64_t heads, int64_t n,
                  BlockMask bm, const Mask& mk, int64_t b, int64_t i0, int64_t j0) {
   const int64_t rows = qs.rows(), D = qs.cols();
   s.resize(rows, nb);
   block_mm<T>(rows, nb, D, qs.data(), D, 1, kb, 1, ks, s.data(), false);  // (q * scale) k^T
   if (bm == BlockMask::partial)
-    for (int64_t g = 0; g < group; ++g) apply_mask(s.data() + g * n * nb, n, nb, mk, b, i0, j0);
+    for (int64_t g = 0; g < heads; ++g) apply_mask(s.data() + g * n * nb, n, nb, mk, b, i0, j0);
 }
 
 template <class T>
@@ -190,13 +206,14 @@ void sdpa_forward(const Tensor& q, const Tensor& k, const Tensor& v, Tensor& out
   T* pl = static_cast<T*>(lse.data_ptr());
   const T ninf = -std::numeric_limits<T>::infinity();
   const T sc = static_cast<T>(scale);
-  const int64_t items = B * Hkv * nqb;  // (batch row, kv head, query block): the group's heads together
+  const int64_t hpi = forward_heads_per_item(group, B * Hkv * nqb), subgroups = Hq / hpi;
+  const int64_t items = B * subgroups * nqb;  // (batch row, hpi query heads of one kv head, query block)
 #pragma omp parallel for schedule(dynamic) if (items > 1 && B * Hq * T_ * S * D >= cpu::kParallelGrain)
   for (int64_t it = 0; it < items; ++it) {
-    const int64_t qb = it % nqb, hk = (it / nqb) % Hkv, b = it / (nqb * Hkv);
-    const int64_t i0 = qb * kBlockQ, i1 = std::min(T_, i0 + kBlockQ), n = i1 - i0, rows = group * n;
-    Mat<T> qs;  // the group's queries, scaled once
-    stack_queries(qs, Q, b, hk, group, i0, n, D, sc);
+    const int64_t qb = it % nqb, h0 = (it / nqb) % subgroups * hpi, b = it / (nqb * subgroups), hk = h0 / group;
+    const int64_t i0 = qb * kBlockQ, i1 = std::min(T_, i0 + kBlockQ), n = i1 - i0, rows = hpi * n;
+    Mat<T> qs;  // the item's queries, scaled once
+    stack_queries(qs, Q, b, h0, hpi, i0, n, D, sc);
     Mat<T> acc = Mat<T>::Zero(rows, Dv);
     Eigen::Matrix<T, Eigen::Dynamic, 1> m = Eigen::Matrix<T, Eigen::Dynamic, 1>::Constant(rows, ninf);
     Eigen::Matrix<T, Eigen::Dynamic, 1> l = Eigen::Matrix<T, Eigen::Dynamic, 1>::Zero(rows);
@@ -204,7 +221,7 @@ void sdpa_forward(const Tensor& q, const Tensor& k, const Tensor& v, Tensor& out
     for_each_key_block(mk, kBlockKForward, b, i0, n, [&](int64_t j0, int64_t nb, BlockMask bm) {
       CMap<T> km(K.at(b, hk, j0), nb, D, Eigen::OuterStride<>(K.sl));
       CMap<T> vm(V.at(b, hk, j0), nb, Dv, Eigen::OuterStride<>(V.sl));
-      score_block(s, qs, km.data(), K.sl, nb, group, n, bm, mk, b, i0, j0);
+      score_block(s, qs, km.data(), K.sl, nb, hpi, n, bm, mk, b, i0, j0);
       for (int64_t r = 0; r < rows; ++r) {
         const T mnew = std::max(m(r), s.row(r).maxCoeff());
         if (mnew == ninf) {  // nothing visible yet in this row
@@ -229,8 +246,8 @@ void sdpa_forward(const Tensor& q, const Tensor& k, const Tensor& v, Tensor& out
       }
       block_mm<T>(rows, Dv, nb, s.data(), nb, 1, vm.data(), V.sl, 1, acc.data(), true);
     });
-    for (int64_t g = 0; g < group; ++g) {
-      const int64_t h = hk * group + g;
+    for (int64_t g = 0; g < hpi; ++g) {
+      const int64_t h = h0 + g;
       for (int64_t r = 0; r < n; ++r) {
         const int64_t rr = g * n + r, row = (b * Hq + h) * T_ + i0 + r;
         T* o = O.at(b, h, i0 + r);
@@ -278,6 +295,21 @@ std::vector<Tensor> k_sdpa(const OpCall& c) {
   return {out, lse};
 }
 
+/// sdpa_backward splits the query blocks of a kv head over up to kMaxBackwardSplit work items
+/// (each with its own dk / dv accumulators, added in a fixed order at the end) while there are
+/// fewer than kMinBackwardItems items: one item per kv head left a thread idle (Gemma 3: one kv
+/// head) and let each block product start its own parallel region. Decided by the shape only, so
+/// the result does not depend on the thread count.
+constexpr int64_t kMinBackwardItems = 8;
+constexpr int64_t kMaxBackwardSplit = 4;
+
+/// The item (of `split`) that takes query block qb: 0, 1, .., split - 1, split - 1, .., 0, 0, 1, ..
+/// (causal: later blocks see more keys, so each item gets early and late ones).
+int64_t query_chunk(int64_t qb, int64_t split) {
+  const int64_t p = qb % (2 * split);
+  return p < split ? p : 2 * split - 1 - p;
+}
+
 template <class T>
 void sdpa_backward(const Tensor& g, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& o,
                    const Tensor& lse, Tensor& dq, Tensor& dk, Tensor& dv, const Mask& mk, double scale) {
@@ -293,24 +325,35 @@ void sdpa_backward(const Tensor& g, const Tensor& q, const Tensor& k, const Tens
   const int64_t lsb = lse.stride(0), lsh = lse.stride(1), lst = lse.stride(2);
   const T ninf = -std::numeric_limits<T>::infinity();
   const T sc = static_cast<T>(scale);
-  const int64_t items = B * Hkv;
+  const int64_t kv_items = B * Hkv, nqb = (T_ + kBlockQ - 1) / kBlockQ;
+  const int64_t split =
+      kv_items == 0 ? 1
+                    : std::clamp<int64_t>((kMinBackwardItems + kv_items - 1) / kv_items, 1,
+                                          std::clamp<int64_t>(nqb, 1, kMaxBackwardSplit));
+  const int64_t items = kv_items * split;  // (batch row, kv head, query chunk)
+  // dk / dv of the items r > 0 of each kv head, [kv item * (split - 1) + r - 1]
+  std::vector<Mat<T>> part_dk(static_cast<size_t>(kv_items * (split - 1))), part_dv(part_dk.size());
 #pragma omp parallel for schedule(dynamic) if (items > 1 && B * Hq * T_ * S * D >= cpu::kParallelGrain)
   for (int64_t it = 0; it < items; ++it) {
-    const int64_t b = it / Hkv, hk = it % Hkv;
-    Mat<T> dKbuf, dVbuf;
-    if (!dk_direct) dKbuf.resize(S, D);
-    if (!dv_direct) dVbuf.resize(S, Dv);
-    MMap<T> dK(dk_direct ? dKh.at(b, hk, 0) : dKbuf.data(), S, D, Eigen::OuterStride<>(D));
-    MMap<T> dV(dv_direct ? dVh.at(b, hk, 0) : dVbuf.data(), S, Dv, Eigen::OuterStride<>(Dv));
+    const int64_t kvi = it / split, r = it % split, b = kvi / Hkv, hk = kvi % Hkv;
+    const bool k_out = r == 0 && dk_direct, v_out = r == 0 && dv_direct;  // accumulate in the output
+    Mat<T> dKown, dVown;
+    Mat<T>& dKbuf = r == 0 ? dKown : part_dk[kvi * (split - 1) + r - 1];
+    Mat<T>& dVbuf = r == 0 ? dVown : part_dv[kvi * (split - 1) + r - 1];
+    if (!k_out) dKbuf.resize(S, D);
+    if (!v_out) dVbuf.resize(S, Dv);
+    MMap<T> dK(k_out ? dKh.at(b, hk, 0) : dKbuf.data(), S, D, Eigen::OuterStride<>(D));
+    MMap<T> dV(v_out ? dVh.at(b, hk, 0) : dVbuf.data(), S, Dv, Eigen::OuterStride<>(Dv));
     dK.setZero();
     dV.setZero();
     Mat<T> qs, gs, s, dp, dqb;
     Eigen::Matrix<T, Eigen::Dynamic, 1> lrow, di;
     for (int64_t i0 = 0; i0 < T_; i0 += kBlockQ) {
+      if (query_chunk(i0 / kBlockQ, split) != r) continue;
       // The group's query heads stacked head-major (row j * n + r: query i0 + r of head
       // hk * group + j), so each K / V block serves all of them in one product.
       const int64_t i1 = std::min(T_, i0 + kBlockQ), n = i1 - i0, rows = group * n;
-      stack_queries(qs, Q, b, hk, group, i0, n, D, sc);  // q * scale
+      stack_queries(qs, Q, b, hk * group, group, i0, n, D, sc);  // q * scale
       gs.resize(rows, Dv);
       lrow.resize(rows);
       di.resize(rows);
@@ -349,8 +392,19 @@ void sdpa_backward(const Tensor& g, const Tensor& q, const Tensor& k, const Tens
       for (int64_t j = 0; j < group; ++j)
         MMap<T>(dQh.at(b, hk * group + j, i0), n, D, Eigen::OuterStride<>(dQh.sl)) = dqb.middleRows(j * n, n) * sc;
     }
-    if (!dk_direct) MMap<T>(dKh.at(b, hk, 0), S, D, Eigen::OuterStride<>(dKh.sl)) = dKbuf;
-    if (!dv_direct) MMap<T>(dVh.at(b, hk, 0), S, Dv, Eigen::OuterStride<>(dVh.sl)) = dVbuf;
+    if (r == 0 && !dk_direct) MMap<T>(dKh.at(b, hk, 0), S, D, Eigen::OuterStride<>(dKh.sl)) = dKbuf;
+    if (r == 0 && !dv_direct) MMap<T>(dVh.at(b, hk, 0), S, Dv, Eigen::OuterStride<>(dVh.sl)) = dVbuf;
+  }
+  if (split == 1) return;
+#pragma omp parallel for schedule(static) if (kv_items > 1 && kv_items * S * D >= cpu::kParallelGrain)
+  for (int64_t kvi = 0; kvi < kv_items; ++kvi) {  // the other chunks' dk / dv, in chunk order
+    const int64_t b = kvi / Hkv, hk = kvi % Hkv;
+    MMap<T> dK(dKh.at(b, hk, 0), S, D, Eigen::OuterStride<>(dKh.sl));
+    MMap<T> dV(dVh.at(b, hk, 0), S, Dv, Eigen::OuterStride<>(dVh.sl));
+    for (int64_t r = 1; r < split; ++r) {
+      dK += part_dk[kvi * (split - 1) + r - 1];
+      dV += part_dv[kvi * (split - 1) + r - 1];
+    }
   }
 }
 
