@@ -90,6 +90,9 @@ std::string op_family(const std::string& n) {
 
 struct Phases {
   std::vector<double> step, fwd, bwd, opt, comm, other;
+  // FSDP: comm split per step into the part of each wait not hidden on any rank (the smallest
+  // wait of that collective over the ranks) and rank 0's waiting for a slower rank (the rest).
+  std::vector<double> comm_last, comm_skew;
 };
 
 constexpr const char* kHelp =
@@ -116,7 +119,9 @@ constexpr const char* kHelp =
     "(autograd / hooks outside ops: 0; the CPU optimizer = the optimizer phase, 28 bytes per local\n"
     "trainable parameter), and the MFU it implies.\n"
     "Last stdout line: one JSON object (step_ms_median, tokens_per_s, model_flops_per_step, peak_rss_mib,\n"
-    "phases{forward_ms, backward_ms, optimizer_ms, comm_exposed_ms, other_ms}, op_families{ms, bytes,\n"
+    "phases{forward_ms, backward_ms, optimizer_ms, comm_exposed_ms, other_ms; --fsdp: comm_exposed_last_rank_ms,\n"
+    "comm_waiting_for_slower_rank_ms: per collective the smallest wait over the ranks, and rank 0's\n"
+    "wait beyond it, summed per step; medians over steps}, op_families{ms, bytes,\n"
     "flops}, floor{step_ms, mfu, ...}, ...).\n";
 
 /// 0: parsed; 1: help printed; 2: bad arguments (message printed).
@@ -316,6 +321,8 @@ int bench_train_step(int argc, char** argv) {
 #endif
   };
   Phases ph;
+  std::vector<std::vector<double>> step_waits;  // --fsdp: this rank's FSDP waits per timed step, in order
+  set_fsdp_wait_log(c.fsdp);
   double loss_v = 0, initial_loss = NAN;
   auto step = [&](bool record) {
     const double c0 = fsdp_exposed_comm_seconds(), t0 = now_s();
@@ -332,7 +339,9 @@ int bench_train_step(int argc, char** argv) {
     loss_v = static_cast<double>(loss.detach().item<float>());
     const double t4 = now_s();
     if (std::isnan(initial_loss)) initial_loss = loss_v;
+    std::vector<double> waits = take_fsdp_wait_log();
     if (!record) return;
+    if (c.fsdp) step_waits.push_back(std::move(waits));
     const double comm = c3 - c0;
     ph.step.push_back(t4 - t0);
     ph.fwd.push_back((t1 - t0) - (c1 - c0));
@@ -353,6 +362,24 @@ int bench_train_step(int argc, char** argv) {
   // scheduler; CPU time (best with --threads 1, where no thread spins at a barrier) measures
   // the work.
   const double cpu_step = (cpu_seconds() - cpu0) / c.steps;
+  set_fsdp_wait_log(false);
+  // Each collective's smallest wait over the ranks (all ranks wait for the same collectives in
+  // the same order; the counts are compared first).
+  for (const std::vector<double>& w : step_waits) {
+    const int64_t n = static_cast<int64_t>(w.size());
+    if (all_ranks_max(n) != -all_ranks_max(-n)) {  // every rank takes the same branch
+      ph.comm_last.clear();
+      ph.comm_skew.clear();
+      break;
+    }
+    double last = 0, mine = 0;
+    for (double x : w) {
+      last += static_cast<double>(-all_ranks_max(-static_cast<int64_t>(x * 1e9))) * 1e-9;
+      mine += x;
+    }
+    ph.comm_last.push_back(last);
+    ph.comm_skew.push_back(mine - last);
+  }
   const std::vector<OpProfileEntry> ops = op_profile();
 
   const double step_s = median(ph.step);
@@ -379,6 +406,10 @@ int bench_train_step(int argc, char** argv) {
     row("backward", ph.bwd);
     row("optimizer (step + zero_grad)", ph.opt);
     row("communication exposed", ph.comm);
+    if (!ph.comm_last.empty()) {
+      row("  not hidden on any rank", ph.comm_last);
+      row("  waiting for a slower rank", ph.comm_skew);
+    }
     row("other", ph.other);
     row("step", ph.step);
     const double n_steps = static_cast<double>(c.steps);
@@ -461,6 +492,10 @@ int bench_train_step(int argc, char** argv) {
                    {"optimizer_ms", median(ph.opt) * ms},
                    {"comm_exposed_ms", median(ph.comm) * ms},
                    {"other_ms", median(ph.other) * ms}};
+    if (!ph.comm_last.empty()) {
+      j["phases"]["comm_exposed_last_rank_ms"] = median(ph.comm_last) * ms;
+      j["phases"]["comm_waiting_for_slower_rank_ms"] = median(ph.comm_skew) * ms;
+    }
     // Per-step ms of each op family (the table above; "(outside ops)" = autograd, hooks, comm):
     // bench/compare's report reads attention's share from it.
     nlohmann::json fj = nlohmann::json::object(), fd = nlohmann::json::object();

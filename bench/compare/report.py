@@ -77,7 +77,8 @@ def summarise(rows, a, peak):
                      peak_rss_mib=statistics.median(r["peak_rss_mib"] for r in rs),
                      step_ms_all=[round(r["step_ms_median"], 1) for r in rs], load_all=[r.get("load") for r in rs],
                      phases={k: statistics.median((r["phases"].get(k) or 0.0) for r in rs)
-                             for k in ("forward_ms", "backward_ms", "optimizer_ms", "comm_exposed_ms")},
+                             for k in ("forward_ms", "backward_ms", "optimizer_ms", "comm_exposed_ms",
+                                       "comm_exposed_last_rank_ms", "comm_waiting_for_slower_rank_ms")},
                      op_families_ms=mid.get("op_families_ms"), op_families=mid.get("op_families"),
                      floor=mid.get("floor"))
             if impl == "dtr":
@@ -151,6 +152,10 @@ def main_table(table, has_theo):
                 c = d["phases"]["comm_exposed_ms"]
                 line += (f"   comm exposed {c:.0f} ms = {100 * c / step:.1f}% of the step "
                          f"(target < {100 * COMM_TARGET:.0f}%: {'MET' if c < COMM_TARGET * step else 'NOT MET'})")
+                last, skew = d["phases"]["comm_exposed_last_rank_ms"], d["phases"]["comm_waiting_for_slower_rank_ms"]
+                if last or skew:
+                    line += (f"; of it not hidden on any rank {last:.0f} ms = {100 * last / step:.1f}%, "
+                             f"waiting for a slower rank {skew:.0f} ms")
             txt.append("  " + line)
             md.append(f"| {label(s, tag, d['shape'])} | **dtr/PyTorch** | | | **x{rt:.2f}** | | |" + (" |" if has_theo else "")
                       + f" x{rm:.2f} | | | |")

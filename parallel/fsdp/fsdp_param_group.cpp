@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <mutex>
 
 #include "dtensor/api.h"
 #include "parallel/fsdp/fully_shard.h"
@@ -26,18 +27,34 @@ Tensor tp_local_grad(const FSDPParam& p, Tensor g) {
 }
 
 std::atomic<int64_t> g_wait_ns{0};
+std::atomic<bool> g_log_on{false};
+std::mutex g_log_mu;
+std::vector<double> g_log;  // seconds of each wait, in order, while g_log_on
 
-/// Waits for `w`, adding the blocked time to the exposed-communication counter.
+/// Waits for `w`, adding the blocked time to the exposed-communication counter (and the log).
 void timed_wait(const WorkPtr& w) {
   const auto t0 = std::chrono::steady_clock::now();
   w->wait();
-  g_wait_ns.fetch_add(std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - t0).count());
+  const int64_t ns = std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - t0).count();
+  g_wait_ns.fetch_add(ns);
+  if (g_log_on.load()) {
+    std::lock_guard<std::mutex> lk(g_log_mu);
+    g_log.push_back(static_cast<double>(ns) * 1e-9);
+  }
 }
 
 }  // namespace
 
 double fsdp_exposed_comm_seconds() { return static_cast<double>(g_wait_ns.load()) * 1e-9; }
 void reset_fsdp_exposed_comm_seconds() { g_wait_ns.store(0); }
+
+void set_fsdp_wait_log(bool on) { g_log_on.store(on); }
+std::vector<double> take_fsdp_wait_log() {
+  std::lock_guard<std::mutex> lk(g_log_mu);
+  std::vector<double> out;
+  out.swap(g_log);
+  return out;
+}
 
 int64_t FSDPParam::rows_of(int64_t r) const {
   const int64_t start = r * chunk_rows;

@@ -102,5 +102,12 @@ FSDPParamGroup* fsdp_param_group(const nn::Module& module);
 /// the exposed (non-overlapped) communication time that benchmarks report.
 double fsdp_exposed_comm_seconds();
 void reset_fsdp_exposed_comm_seconds();
+/// While on, each of those waits also appends its seconds to a log, in order. Every rank waits
+/// for the same collectives in the same order, so benchmarks compare the logs across ranks: the
+/// smallest wait of a collective over the ranks is the part not hidden even on the rank that
+/// arrived last, the rest of a rank's wait is time spent waiting for a slower rank.
+void set_fsdp_wait_log(bool on);
+/// Returns the log and clears it.
+std::vector<double> take_fsdp_wait_log();
 
 }  // namespace dtr
