@@ -1,5 +1,6 @@
 // Sharding rules of pointwise ops (unary, binary with broadcasting, scalar ops, where,
-// comparisons, the fused swiglu and its backward) and of copies / casts / in-place updates.
+// comparisons, the fused swiglu / geglu and their backwards) and of copies / casts / in-place
+// updates.
 // The output follows one input's sharding (each input is tried; the cheapest wins); other
 // inputs are mapped through broadcasting. Partial survives only ops linear in it: to_dtype,
 // clone, neg, mul/div by a scalar, add/sub of operands that are all Partial, mul by a
@@ -153,11 +154,12 @@ DTR_REGISTER_STRIDED_SHARDING_RULE("fill_", rule_inplace);
 DTR_REGISTER_STRIDED_SHARDING_RULE("add_", rule_inplace);
 DTR_REGISTER_STRIDED_SHARDING_RULE("mul_", rule_inplace);
 DTR_REGISTER_STRIDED_SHARDING_RULE("swiglu_backward", rule_none_2out);
+DTR_REGISTER_STRIDED_SHARDING_RULE("geglu_backward", rule_none_2out);
 
 [[maybe_unused]] const bool registered_nonlinear = [] {
   for (const char* n : {"add_scalar", "sub_scalar", "rsub_scalar", "pow_scalar", "exp", "log", "sqrt", "rsqrt", "abs",
                         "sigmoid", "tanh", "relu", "silu", "gelu_erf", "gelu_tanh", "sign", "eq", "gt_scalar",
-                        "lt_scalar", "where", "gelu_backward", "swiglu"})
+                        "lt_scalar", "where", "gelu_backward", "swiglu", "geglu"})
     register_sharding_rule(n, rule_none, StridedInputs::Accept);
   return true;
 }();

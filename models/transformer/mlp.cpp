@@ -4,6 +4,7 @@
 #include "models/transformer/causal_lm.h"
 #include "tensor/nn/linear.h"
 #include "tensor/ops.h"
+#include "tensor/ops/nn_swiglu.h"
 
 namespace dtr {
 
@@ -19,8 +20,9 @@ GatedMLP::GatedMLP(const ModelConfig& c, DType dt, bool init)
 
 Tensor GatedMLP::forward(const Tensor& x) {
   Tensor gate = get_submodule("gate_proj")->call(x), up = get_submodule("up_proj")->call(x);
-  // silu(gate) * up as one fused op (one pass forward, one backward); GeGLU composed.
-  Tensor h = gelu_ ? mul(gelu(gate, /*approximate=*/true), up) : swiglu(gate, up);
+  // act(gate) * up as one fused op (one pass forward, one backward): SwiGLU, or GeGLU with
+  // gelu's tanh approximation (Gemma's gelu_pytorch_tanh).
+  Tensor h = gelu_ ? geglu(gate, up) : swiglu(gate, up);
   return get_submodule("down_proj")->call(h);
 }
 

@@ -2,7 +2,7 @@
 // The gated feed-forward block of every family: down_proj(act(gate_proj(x)) * up_proj(x)),
 // [.., hidden] -> same, with the activation of the config:
 //   silu              SwiGLU (Llama, Mistral, Qwen2, Qwen3), one fused op (swiglu);
-//   gelu_pytorch_tanh GeGLU with the tanh approximation of gelu (Gemma 3).
+//   gelu_pytorch_tanh GeGLU with the tanh approximation of gelu (Gemma 3), one fused op (geglu).
 // Source: Shazeer 2020 "GLU Variants Improve Transformer"; transformers *MLP classes.
 #include <string>
 

@@ -9,7 +9,9 @@
 // PyTorch F.silu (and its derivative silu_backward). swiglu(gate_up) takes both halves of one
 // [..., 2I] tensor (MoE experts' gate_up_proj output, the halves read in place) and returns one
 // [..., 2I] gradient from one op, "swiglu_joined_backward" {g, gate_up} (no copies of the halves,
-// no cat).
+// no cat). geglu(gate, up) = gelu_tanh(gate) * up is built the same way ("geglu",
+// "geglu_backward" {g, gate, up} -> {dgate, dup}): Gemma's MLP gating in two passes where
+// gelu, mul and their backwards (gelu_backward, two muls) took five.
 #include "tensor/autograd/node.h"
 #include "tensor/dispatch.h"
 #include "tensor/ops.h"
@@ -17,23 +19,31 @@
 
 namespace dtr {
 
-Tensor swiglu(const Tensor& gate, const Tensor& up) {
-  DTR_CHECK(gate.sizes() == up.sizes(), "swiglu: gate ", gate.sizes(), " and up ", up.sizes(),
+namespace {
+
+/// `name`(gate, up) with backward op `backward` {g, gate, up} -> {dgate, dup}.
+Tensor fused_glu(const char* name, const char* backward, const Tensor& gate, const Tensor& up) {
+  DTR_CHECK(gate.sizes() == up.sizes(), name, ": gate ", gate.sizes(), " and up ", up.sizes(),
             " must have the same shape (no broadcasting)");
-  DTR_CHECK(gate.dtype() == up.dtype(), "swiglu: dtype mismatch: gate ", gate.dtype(), ", up ", up.dtype());
-  DTR_CHECK(is_floating(gate.dtype()), "swiglu: gate/up must be floating, got ", gate.dtype());
-  static const OpDef* op = op_def("swiglu");
-  Tensor out = dispatch1(OpCall{op, {gate, up}, {}});
+  DTR_CHECK(gate.dtype() == up.dtype(), name, ": dtype mismatch: gate ", gate.dtype(), ", up ", up.dtype());
+  DTR_CHECK(is_floating(gate.dtype()), name, ": gate/up must be floating, got ", gate.dtype());
+  Tensor out = dispatch1(OpCall{op_def(name), {gate, up}, {}});
   if (needs_grad({gate, up})) {
-    record("swiglu", {gate, up}, out,
-           [sg = SavedTensor(gate), su = SavedTensor(up)](const std::vector<Tensor>& g, const std::vector<bool>& n) {
-             static const OpDef* bw = op_def("swiglu_backward");
-             std::vector<Tensor> d = dispatch(OpCall{bw, {g[0], sg.get("swiglu"), su.get("swiglu")}, {}});
+    record(name, {gate, up}, out,
+           [name, bw = op_def(backward), sg = SavedTensor(gate), su = SavedTensor(up)](const std::vector<Tensor>& g,
+                                                                                       const std::vector<bool>& n) {
+             std::vector<Tensor> d = dispatch(OpCall{bw, {g[0], sg.get(name), su.get(name)}, {}});
              return std::vector<Tensor>{n[0] ? d[0] : Tensor(), n[1] ? d[1] : Tensor()};
            });
   }
   return out;
 }
+
+}  // namespace
+
+Tensor swiglu(const Tensor& gate, const Tensor& up) { return fused_glu("swiglu", "swiglu_backward", gate, up); }
+
+Tensor geglu(const Tensor& gate, const Tensor& up) { return fused_glu("geglu", "geglu_backward", gate, up); }
 
 Tensor swiglu(const Tensor& gate_up) {
   DTR_CHECK(gate_up.dim() >= 1 && gate_up.size(-1) > 0 && gate_up.size(-1) % 2 == 0, "swiglu: gate_up ",

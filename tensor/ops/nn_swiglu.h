@@ -1,6 +1,6 @@
 #pragma once
-// The joined form of swiglu (ops.h has swiglu(gate, up)); kept out of ops.h as only the MoE
-// experts use it.
+// The joined form of swiglu (ops.h has swiglu(gate, up)), kept out of ops.h as only the MoE
+// experts use it, and geglu (only the gated MLP uses it).
 #include "tensor/tensor.h"
 
 namespace dtr {
@@ -10,5 +10,13 @@ namespace dtr {
 /// Its gradient is formed as one [..., 2I] tensor by one op (swiglu_joined_backward), not as
 /// two zero-filled narrow gradients summed. Errors: an odd or empty last dim, a non-floating dtype.
 Tensor swiglu(const Tensor& gate_up);
+
+/// gelu(gate, approximate=tanh) * up, fused (Gemma's GeGLU MLP, HF gelu_pytorch_tanh): gate,
+/// up same shape, same floating dtype (no broadcasting). Computed as gate * sigmoid(2u),
+/// u = sqrt(2/pi) (gate + 0.044715 gate^3) (equal to 0.5 gate (1 + tanh(u))). Backward is one
+/// fused op: dup = g * gelu(gate), dgate = g * up * gelu'(gate). Errors: shape or dtype
+/// mismatch, non-floating dtype. Source: Shazeer 2020 "GLU Variants Improve Transformer";
+/// PyTorch F.gelu(approximate='tanh'); Hendrycks & Gimpel 2016.
+Tensor geglu(const Tensor& gate, const Tensor& up);
 
 }  // namespace dtr

@@ -1,14 +1,20 @@
-// CPU kernels of swiglu {gate, up} -> silu(gate) * up, swiglu_backward {g, gate, up} ->
-// {dgate, dup} and swiglu_joined_backward {g, gate_up} -> d gate_up (the joined [.., 2I] form of
-// the MoE experts), each one pass over its inputs. swiglu reads inputs made of contiguous rows
-// (the two halves of a joined gate_up) in place, row by row; other strided inputs are made
-// contiguous first; contiguous arrays are processed in blocks of kBlock elements, OpenMP-parallel
-// over blocks (rows: blocks of rows).
+// CPU kernels of the fused GLU gatings act(gate) * up: swiglu (act = silu) and geglu (act =
+// gelu, tanh approximation), each with its backward {g, gate, up} -> {dgate, dup}, and
+// swiglu_joined_backward {g, gate_up} -> d gate_up (the joined [.., 2I] form of the MoE experts),
+// each one pass over its inputs. swiglu / geglu read inputs made of contiguous rows (the two
+// halves of a joined gate_up) in place, row by row; other strided inputs are made contiguous
+// first; contiguous arrays are processed in blocks of kBlock elements, OpenMP-parallel over
+// blocks (rows: blocks of rows).
 // f32 runs Eigen's packet math (cpu/vec.h; the same exp as the silu / silu_backward kernels in
 // pointwise_kernels.cpp), one register pass per packet, the tail padded to a full packet so
 // every element takes the same path wherever a block (or a shard) ends; f64 the scalar std::
 // expressions.
-//   s = 1 / (1 + exp(-x)): exp overflows to inf for x < -88 (f32), giving s = 0 and silu = -0,
+//   silu:      s = 1 / (1 + exp(-x)), act = x * s, act' = s * (x * (1 - s) + 1)
+//   gelu tanh: 0.5 x (1 + tanh(u)) with u = k (x + a x^3), k = sqrt(2 / pi), a = 0.044715, is
+//              x * sigmoid(2u) (1 + tanh(u) = 2 sigmoid(2u)): v = x (2k + 2ka x^2),
+//              s = 1 / (1 + exp(-v)), act = x * s, act' = s * (x * (1 - s) * (2k + 6ka x^2) + 1).
+//              One exp per element (no tanh), and no cancellation in 1 + tanh(u) for x < 0.
+//   exp overflows to inf for -x (silu) or -v (gelu) above 88 (f32), giving s = 0 and act = -0,
 //   the limit; no NaN for finite inputs.
 #include <algorithm>
 #include <array>
@@ -70,40 +76,97 @@ void packet_loop(std::array<const float*, N> in, std::array<float*, M> out, int6
   for (size_t k = 0; k < M; ++k) std::copy(bo[k], bo[k] + (end - j), out[k] + j);
 }
 
-/// silu(x) * u over the contiguous segment [0, len) of x, u -> o.
-template <class T>
-void swiglu_segment(const T* px, const T* pu, T* po, int64_t len) {
+/// silu: act(x) = x * sigmoid(x); grad() gives act(x) and act'(x) (see the file comment).
+struct Silu {
+  template <class T>
+  static T act(T x) {
+    return x / (T(1) + std::exp(-x));
+  }
+  template <class T>
+  static void grad(T x, T& a, T& da) {
+    const T s = T(1) / (T(1) + std::exp(-x));
+    a = x * s;
+    da = s * (x * (T(1) - s) + T(1));
+  }
+  using P = cpu::vec::detail::Packet;
+  static P act_packet(const P& x) {
+    using namespace Eigen::internal;
+    return pdiv(x, padd(pset1<P>(1.0f), pexp(pnegate(x))));
+  }
+  static void grad_packet(const P& x, P& a, P& da) {
+    using namespace Eigen::internal;
+    const P one = pset1<P>(1.0f), s = pdiv(one, padd(one, pexp(pnegate(x))));
+    a = pmul(x, s);
+    da = pmul(s, padd(pmul(x, psub(one, s)), one));
+  }
+};
+
+/// gelu, tanh approximation (PyTorch gelu(approximate='tanh'), HF gelu_pytorch_tanh) in the
+/// sigmoid form of the file comment.
+struct GeluTanh {
+  static constexpr double kC1 = 1.5957691216057307117;     // 2 sqrt(2 / pi)
+  static constexpr double kC3 = 0.071354816272869213275;   // 2 sqrt(2 / pi) * 0.044715
+  template <class T>
+  static T act(T x) {
+    return x / (T(1) + std::exp(-(x * (T(kC1) + T(kC3) * x * x))));
+  }
+  template <class T>
+  static void grad(T x, T& a, T& da) {
+    const T x2 = x * x, s = T(1) / (T(1) + std::exp(-(x * (T(kC1) + T(kC3) * x2))));
+    a = x * s;
+    da = s * (x * (T(1) - s) * (T(kC1) + T(3 * kC3) * x2) + T(1));
+  }
+  using P = cpu::vec::detail::Packet;
+  static P act_packet(const P& x) {
+    using namespace Eigen::internal;
+    const P v = pmul(x, padd(pset1<P>(static_cast<float>(kC1)), pmul(pset1<P>(static_cast<float>(kC3)), pmul(x, x))));
+    return pdiv(x, padd(pset1<P>(1.0f), pexp(pnegate(v))));
+  }
+  static void grad_packet(const P& x, P& a, P& da) {
+    using namespace Eigen::internal;
+    const P one = pset1<P>(1.0f), c1 = pset1<P>(static_cast<float>(kC1)), x2 = pmul(x, x);
+    const P v = pmul(x, padd(c1, pmul(pset1<P>(static_cast<float>(kC3)), x2)));
+    const P s = pdiv(one, padd(one, pexp(pnegate(v))));
+    a = pmul(x, s);
+    const P dv = padd(c1, pmul(pset1<P>(static_cast<float>(3 * kC3)), x2));
+    da = pmul(s, padd(pmul(pmul(x, psub(one, s)), dv), one));
+  }
+};
+
+/// act(x) * u over the contiguous segment [0, len) of x, u -> o.
+template <class Act, class T>
+void glu_segment(const T* px, const T* pu, T* po, int64_t len) {
   if constexpr (std::is_same_v<T, float>) {
     using namespace Eigen::internal;
     using P = cpu::vec::detail::Packet;
-    const P one = pset1<P>(1.0f);
     packet_loop<2, 1>({px, pu}, {po}, 0, len, [&](const auto& in, const auto& o) {
-      const P x = ploadu<P>(in[0]);
-      pstoreu(o[0], pmul(pdiv(x, padd(one, pexp(pnegate(x)))), ploadu<P>(in[1])));
+      pstoreu(o[0], pmul(Act::act_packet(ploadu<P>(in[0])), ploadu<P>(in[1])));
     });
   } else {
-    for (int64_t i = 0; i < len; ++i) po[i] = px[i] / (T(1) + std::exp(-px[i])) * pu[i];
+    for (int64_t i = 0; i < len; ++i) po[i] = Act::act(px[i]) * pu[i];
   }
 }
 
-/// {dgate, dup} of g, x (gate), u (up) over the contiguous segment [0, len).
-template <class T>
-void swiglu_backward_segment(const T* pg, const T* px, const T* pu, T* pdx, T* pdu, int64_t len) {
+/// {dgate, dup} = {g * u * act'(x), g * act(x)} of g, x (gate), u (up) over the contiguous
+/// segment [0, len).
+template <class Act, class T>
+void glu_backward_segment(const T* pg, const T* px, const T* pu, T* pdx, T* pdu, int64_t len) {
   if constexpr (std::is_same_v<T, float>) {
     using namespace Eigen::internal;
     using P = cpu::vec::detail::Packet;
-    const P one = pset1<P>(1.0f);
     packet_loop<3, 2>({pg, px, pu}, {pdx, pdu}, 0, len, [&](const auto& in, const auto& o) {
-      const P gv = ploadu<P>(in[0]), x = ploadu<P>(in[1]), u = ploadu<P>(in[2]);
-      const P s = pdiv(one, padd(one, pexp(pnegate(x))));
-      pstoreu(o[1], pmul(gv, pmul(x, s)));
-      pstoreu(o[0], pmul(pmul(gv, u), pmul(s, padd(pmul(x, psub(one, s)), one))));
+      const P gv = ploadu<P>(in[0]), u = ploadu<P>(in[2]);
+      P a, da;
+      Act::grad_packet(ploadu<P>(in[1]), a, da);
+      pstoreu(o[1], pmul(gv, a));
+      pstoreu(o[0], pmul(pmul(gv, u), da));
     });
   } else {
     for (int64_t i = 0; i < len; ++i) {
-      const T x = px[i], s = T(1) / (T(1) + std::exp(-x));
-      pdu[i] = pg[i] * (x * s);
-      pdx[i] = pg[i] * pu[i] * (s * (x * (T(1) - s) + T(1)));
+      T a, da;
+      Act::grad(px[i], a, da);
+      pdu[i] = pg[i] * a;
+      pdx[i] = pg[i] * pu[i] * da;
     }
   }
 }
@@ -126,7 +189,9 @@ void for_row_blocks(int64_t R, int64_t C, F f) {
   for (int64_t b = 0; b < nb; ++b) f(b * per, std::min(R, (b + 1) * per));
 }
 
-std::vector<Tensor> k_swiglu(const OpCall& c) {
+/// {gate, up} -> act(gate) * up.
+template <class Act>
+std::vector<Tensor> k_glu(const OpCall& c) {
   check_inputs(c);
   const Tensor& g0 = c.inputs[0];
   const Tensor& u0 = c.inputs[1];
@@ -136,7 +201,7 @@ std::vector<Tensor> k_swiglu(const OpCall& c) {
   const bool rows = !(g0.is_contiguous() && u0.is_contiguous()) && gs > 0 && us > 0;
   const Tensor gate = rows ? g0 : contig(g0), up = rows ? u0 : contig(u0);
   const int64_t n = gate.numel();
-  cpu::dispatch_floating(gate.dtype(), "swiglu", [&](auto tag) {
+  cpu::dispatch_floating(gate.dtype(), c.name(), [&](auto tag) {
     using T = decltype(tag);
     const T* px = static_cast<const T*>(gate.data_ptr());
     const T* pu = static_cast<const T*>(up.data_ptr());
@@ -144,22 +209,24 @@ std::vector<Tensor> k_swiglu(const OpCall& c) {
     if (rows) {
       const int64_t C = gate.size(-1), R = n / std::max<int64_t>(C, 1);
       for_row_blocks(R, C, [&](int64_t r0, int64_t r1) {
-        for (int64_t r = r0; r < r1; ++r) swiglu_segment<T>(px + r * gs, pu + r * us, po + r * C, C);
+        for (int64_t r = r0; r < r1; ++r) glu_segment<Act, T>(px + r * gs, pu + r * us, po + r * C, C);
       });
     } else {
-      for_blocks(n, [&](int64_t off, int64_t len) { swiglu_segment<T>(px + off, pu + off, po + off, len); });
+      for_blocks(n, [&](int64_t off, int64_t len) { glu_segment<Act, T>(px + off, pu + off, po + off, len); });
     }
   });
   return {out};
 }
 
-std::vector<Tensor> k_swiglu_backward(const OpCall& c) {
+/// {g, gate, up} -> {dgate, dup}.
+template <class Act>
+std::vector<Tensor> k_glu_backward(const OpCall& c) {
   check_inputs(c);
   const Tensor g = contig(c.inputs[0]), gate = contig(c.inputs[1]), up = contig(c.inputs[2]);
   Tensor dgate = empty(gate.sizes(), TensorOptions(gate.dtype()));
   Tensor dup = empty(gate.sizes(), TensorOptions(gate.dtype()));
   const int64_t n = gate.numel();
-  cpu::dispatch_floating(gate.dtype(), "swiglu_backward", [&](auto tag) {
+  cpu::dispatch_floating(gate.dtype(), c.name(), [&](auto tag) {
     using T = decltype(tag);
     const T* pg = static_cast<const T*>(g.data_ptr());
     const T* px = static_cast<const T*>(gate.data_ptr());
@@ -167,7 +234,7 @@ std::vector<Tensor> k_swiglu_backward(const OpCall& c) {
     T* pdx = static_cast<T*>(dgate.data_ptr());
     T* pdu = static_cast<T*>(dup.data_ptr());
     for_blocks(n, [&](int64_t off, int64_t len) {
-      swiglu_backward_segment<T>(pg + off, px + off, pu + off, pdx + off, pdu + off, len);
+      glu_backward_segment<Act, T>(pg + off, px + off, pu + off, pdx + off, pdu + off, len);
     });
   });
   return {dgate, dup};
@@ -190,15 +257,17 @@ std::vector<Tensor> k_swiglu_joined_backward(const OpCall& c) {
     T* pd = static_cast<T*>(d.data_ptr());
     for_row_blocks(R, 2 * I, [&](int64_t r0, int64_t r1) {
       for (int64_t r = r0; r < r1; ++r)
-        swiglu_backward_segment<T>(pg + r * I, px + r * 2 * I, px + r * 2 * I + I, pd + r * 2 * I, pd + r * 2 * I + I,
+        glu_backward_segment<Silu, T>(pg + r * I, px + r * 2 * I, px + r * 2 * I + I, pd + r * 2 * I, pd + r * 2 * I + I,
                                    I);
     });
   });
   return {d};
 }
 
-DTR_REGISTER_KERNEL("swiglu", DeviceType::CPU, k_swiglu);
-DTR_REGISTER_KERNEL("swiglu_backward", DeviceType::CPU, k_swiglu_backward);
+DTR_REGISTER_KERNEL("swiglu", DeviceType::CPU, k_glu<Silu>);
+DTR_REGISTER_KERNEL("swiglu_backward", DeviceType::CPU, k_glu_backward<Silu>);
+DTR_REGISTER_KERNEL("geglu", DeviceType::CPU, k_glu<GeluTanh>);
+DTR_REGISTER_KERNEL("geglu_backward", DeviceType::CPU, k_glu_backward<GeluTanh>);
 DTR_REGISTER_KERNEL("swiglu_joined_backward", DeviceType::CPU, k_swiglu_joined_backward);
 
 }  // namespace
