@@ -142,6 +142,15 @@ Tensor grouped_mm(const Tensor& a, const Tensor& b, const Shape& group_sizes);
 /// x [..., in] @ w[out, in]^T (+ bias[out]) -> [..., out].
 Tensor linear(const Tensor& x, const Tensor& w, const Tensor& bias = Tensor());
 
+/// LoRA linear y = input W^T + bias + scale * (lora_input A^T) B^T as one autograd node, the
+/// adapter term accumulated into the base GEMM's output (addmm_) in the forward and into dinput
+/// in the backward. input [..., in], weight [out, in], bias [out] or undefined, lora_a [r, in],
+/// lora_b [out, r]; lora_input (same shape as input) is the adapter's input when it differs
+/// (LoRA dropout before A), undefined = input. Local tensors of one dtype and device. Errors:
+/// shapes that disagree, a DTensor, mixed dtypes. Source: Hu et al. 2021 (ops/nn_lora_linear.cpp).
+Tensor lora_linear(const Tensor& input, const Tensor& weight, const Tensor& bias, const Tensor& lora_a,
+                   const Tensor& lora_b, double scale, const Tensor& lora_input = Tensor());
+
 // ---- nn functional (ops/nn_*.cpp) ------------------------------------------------------------
 /// weight [num, dim], ids int64/int32 of any shape -> [..., dim]. Errors: id out of range.
 Tensor embedding(const Tensor& ids, const Tensor& weight);

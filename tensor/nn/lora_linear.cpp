@@ -67,15 +67,37 @@ std::shared_ptr<Linear> LoRALinear::lora_B() const {
 }
 
 Tensor LoRALinear::forward(const Tensor& x) {
-  Tensor y = linear(x, weight(), bias());
-  if (merged_) return y;
+  if (merged_) return linear(x, weight(), bias());
   const bool drop = is_training() && opts_.dropout > 0.0;
-  Tensor h = (drop && opts_.dropout_position == LoraDropoutPosition::pre) ? dropout(x, opts_.dropout, true) : x;
+  const bool post = drop && opts_.dropout_position == LoraDropoutPosition::post;
+  const auto a = get_submodule("lora_A"), b = get_submodule("lora_B");
+  const Tensor w = weight(), bs = bias();
+  if (!post && fusable(*a, *b, x)) {
+    // One node: the adapter term accumulated into the base GEMM's output (ops/nn_lora_linear.cpp).
+    const Tensor xa = drop ? dropout(x, opts_.dropout, true) : Tensor();
+    return lora_linear(x, w, bs, a->parameter("weight"), b->parameter("weight"), scale_, xa);
+  }
+  Tensor y = linear(x, w, bs);
+  Tensor h = drop && !post ? dropout(x, opts_.dropout, true) : x;
   // Scale between A and B: keeps the rowwise-parallel branch Partial until the single reduction.
-  h = mul(get_submodule("lora_A")->call(h), scale_);
-  h = get_submodule("lora_B")->call(h);
-  if (drop && opts_.dropout_position == LoraDropoutPosition::post) h = dropout(h, opts_.dropout, true);
+  h = mul(a->call(h), scale_);
+  h = b->call(h);
+  if (post) h = dropout(h, opts_.dropout, true);
   return add(y, h);
+}
+
+bool LoRALinear::fusable(const Module& a, const Module& b, const Tensor& x) const {
+  // lora_linear needs local tensors of one dtype (f32 / f64: the accumulate GEMM's dtypes on
+  // every device) and adapters that are plain bias-free Linears without hooks (tensor-parallel
+  // styles and user hooks act through Module::call).
+  if (a.type_name() != "Linear" || b.type_name() != "Linear" || a.has_forward_hooks() || b.has_forward_hooks() ||
+      a.has_parameter("bias") || b.has_parameter("bias"))
+    return false;
+  const Tensor w = weight(), bs = bias();
+  if (w.dtype() != DType::f32 && w.dtype() != DType::f64) return false;
+  for (const Tensor& t : {x, w, bs, a.parameter("weight"), b.parameter("weight")})
+    if (t.defined() && (t.is_distributed() || t.dtype() != w.dtype() || t.device() != w.device())) return false;
+  return true;
 }
 
 Tensor LoRALinear::delta_weight() const {

@@ -14,6 +14,11 @@
 // so a model with LoRA keeps Hugging Face names for its base weights; the PEFT export
 // (models/lora/peft.h) maps these to base_model.model.<fqn>.lora_A.weight.
 //
+// Forward: with local operands and hook-free adapters, one autograd node (lora_linear,
+// tensor/ops/nn_lora_linear.cpp) adds the adapter term into the base GEMM's output (addmm_)
+// and, in the backward, into the input gradient; otherwise (DTensors, hooked adapters, dropout
+// after B, bf16 / f16) the composed form below, which gives the same values.
+//
 // Tensor parallelism: forward reads its parameters and children by name at call time (so
 // swapped-in distributed tensors and modules are used), calls lora_A / lora_B through
 // Module::call (their forward hooks run: ColwiseParallelLora redistributes A's output), and
@@ -84,6 +89,9 @@ class LoRALinear : public Module {
 
  private:
   Tensor delta_weight() const;
+  /// True when forward can take the one-node lora_linear: local operands of one dtype (f32 /
+  /// f64), adapters that are hook-free bias-free Linears.
+  bool fusable(const Module& a, const Module& b, const Tensor& x) const;
 
   LoraOptions opts_;
   double scale_;

@@ -76,6 +76,8 @@ class Module : public std::enable_shared_from_this<Module> {
   size_t register_forward_hook(ForwardHook h);
   /// Removes a hook by handle (either kind); false when no such hook.
   bool remove_hook(size_t handle);
+  /// True when any forward pre / post hook is registered.
+  bool has_forward_hooks() const { return !pre_hooks_.empty() || !post_hooks_.empty(); }
 
   // ---- registration ------------------------------------------------------------------------
   /// Registers (or replaces) a parameter; sets requires_grad on it (a leaf) when asked.
