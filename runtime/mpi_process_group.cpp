@@ -86,18 +86,22 @@ class P2pWork : public Work {
 void MpiProcessGroup::wait_for_peers(const std::string& what) const {
   // Open MPI's blocking collectives busy-poll until every rank has arrived: on a machine with
   // one core per rank that spin takes the core from this rank's (or a peer's) compute thread
-  // for as long as the slowest rank is behind. An MPI_Ibarrier polled by MPI_Test with a
-  // sleeping back-off (a few tight polls, then 1 us doubling to 256 us) waits for the arrival
-  // without burning a core; the collective itself, entered once all ranks are there, stays the
+  // for as long as the slowest rank is behind. An MPI_Ibarrier polled by MPI_Test waits for the
+  // arrival: tight polls for the first kSpin (a peer that is only a little late, as in the
+  // tensor-parallel collectives on the critical path, costs no sleep: a sleep_for(1 us) sleeps
+  // ~50 us with Linux's timer slack), then a sleeping back-off (1 us doubling to 256 us) that
+  // does not burn a core; the collective itself, entered once all ranks are there, stays the
   // same MPI call (same algorithm, same bits).
+  constexpr auto kSpin = std::chrono::microseconds(100);
   MPI_Request req = MPI_REQUEST_NULL;
   mpi::check(MPI_Ibarrier(comm_, &req), "MPI_Ibarrier", what + " (arrival wait) on group " + name_);
   int flag = 0;
   auto sleep = std::chrono::microseconds(1);
-  for (int polls = 0;; ++polls) {
+  const auto t0 = std::chrono::steady_clock::now();
+  for (;;) {
     mpi::check(MPI_Test(&req, &flag, MPI_STATUS_IGNORE), "MPI_Test", what + " (arrival wait) on group " + name_);
     if (flag) return;
-    if (polls < 32) continue;
+    if (std::chrono::steady_clock::now() - t0 < kSpin) continue;
     std::this_thread::sleep_for(sleep);
     sleep = std::min(sleep * 2, std::chrono::microseconds(256));
   }

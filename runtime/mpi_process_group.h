@@ -3,7 +3,7 @@
 // communication thread (WorkQueue): every call enqueues and returns a Work at once, calls run
 // in issue order and progress while the caller computes. Needs MPI_THREAD_MULTIPLE (dtr::init).
 // Each collective first waits, sleeping, until every rank has issued it (wait_for_peers), then
-// runs the blocking MPI call: the thread never spins on a core while a peer is behind.
+// runs the blocking MPI call: the thread spins at most 100 us while a peer is behind, then sleeps.
 #include <mpi.h>
 
 #include <memory>
