@@ -13,11 +13,14 @@ using namespace dtr;
 
 namespace {
 
-/// Ops that intentionally have no CUDA kernel, with the reason. Empty today: every op of the
-/// foundation runs on CUDA (ops/cuda/*: pointwise, reductions, softmax, norm, rope, embedding,
-/// loss, dropout, cat, adamw by the kernel engineer; copies / casts / fill / GEMM and attention
-/// by their owners; views are registered for both devices in ops/view.cpp).
-const std::set<std::string> kCpuOnly = {};
+/// Ops that intentionally have no CUDA kernel, with the reason. Every op of the foundation runs on
+/// CUDA (ops/cuda/*: pointwise, reductions, softmax, norm, rope, embedding, loss, dropout, cat,
+/// adamw; copies / casts / fill / GEMM and attention; views are registered for both devices in
+/// ops/view.cpp). CPU-only:
+///  - cross_entropy_loss_and_grad_: the fused head's one-pass loss + gradient over a chunk's
+///    logits; linear_cross_entropy takes it only where a kernel is registered and otherwise (CUDA,
+///    DTensor logits) runs cross_entropy + cross_entropy_backward, which have CUDA kernels.
+const std::set<std::string> kCpuOnly = {"cross_entropy_loss_and_grad_"};
 
 }  // namespace
 
