@@ -71,6 +71,13 @@ void FSDPParam::versions(uint32_t out[4]) const {
   out[3] = unsharded_local().version();
 }
 
+bool FSDPParam::reusable() const {
+  if (trainable) return false;
+  uint32_t v[4];
+  versions(v);
+  return std::equal(v, v + 4, gathered_versions);
+}
+
 FSDPParamGroup::FSDPParamGroup(nn::Module& module, std::vector<std::pair<std::vector<std::string>, Tensor>> params,
                                const DeviceMesh& mesh, const FSDPOptions& opt, std::string label, bool tp_layout)
     : module_(module), mesh_(mesh), tp_layout_(tp_layout), label_(std::move(label)) {
@@ -237,11 +244,7 @@ void FSDPParamGroup::unshard_async() {
   int64_t numel = 0;
   for (size_t i = 0; i < params_.size(); ++i) {
     FSDPParam& p = params_[i];
-    if (p.kept) {
-      uint32_t v[4];
-      p.versions(v);
-      p.kept = !p.trainable && std::equal(v, v + 4, p.gathered_versions);
-    }
+    p.kept = p.kept && p.reusable();
     if (p.kept) continue;
     gathering_.push_back(static_cast<int>(i));
     numel += p.padded_numel();
@@ -315,10 +318,8 @@ void FSDPParamGroup::drop_gather() {
 void FSDPParamGroup::reshard(bool keep_frozen) {
   if (!unsharded_) return;
   for (FSDPParam& p : params_) {
-    uint32_t v[4];
-    if (keep_frozen && !p.trainable) p.versions(v);
     // Kept only when nothing wrote the unsharded values since they were gathered.
-    p.kept = keep_frozen && !p.trainable && std::equal(v, v + 4, p.gathered_versions);
+    p.kept = keep_frozen && p.reusable();
     if (!p.kept) p.padded.storage()->resize_(0);
   }
   unsharded_ = false;

@@ -50,6 +50,9 @@ struct FSDPParam {
   uint32_t gathered_versions[4] = {0, 0, 0, 0};
   /// The versions compared by the reuse check (sharded local, sharded DTensor, unsharded, its local).
   void versions(uint32_t out[4]) const;
+  /// True when a frozen parameter's gathered values are still current: frozen and its versions
+  /// equal gathered_versions (nothing wrote the shard or the unsharded tensor since the gather).
+  bool reusable() const;
   int64_t padded_numel() const { return chunk_rows * row_numel; }
   /// Rows rank r of the shard dim holds.
   int64_t rows_of(int64_t r) const;
