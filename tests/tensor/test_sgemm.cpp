@@ -219,7 +219,9 @@ TEST_CASE("sgemm on 2-3 threads with a short last K block matches the reference"
   // next thread, which was still reading them (row split, no barrier): wrong results that came
   // and went from run to run (m=130, n=32, k=641 on 2 threads: 126 of 200 back-to-back calls).
   // The race needs the threads running at once, so each case is called 60 times back to back and
-  // compared bitwise with the 1-thread result, which is checked against the reference.
+  // compared bitwise with the 1-thread result, which is checked against the reference. The last
+  // two cases take the general path's row and column chunks over two K blocks: a chunk of the
+  // second block must not add to C tiles another thread is still writing in the first.
   if (!dtr::cpu::sgemm_available()) {
     WARN("this build has no AVX-512 SGEMM (f32 GEMM runs on Eigen): nothing to test");
     return;
@@ -231,7 +233,9 @@ TEST_CASE("sgemm on 2-3 threads with a short last K block matches the reference"
   };
   const Case cases[] = {{130, 32, 641, Layout::Col, Layout::Row},
                         {300, 64, 1300, Layout::Row, Layout::Row},
-                        {2000, 100, 1300, Layout::Col, Layout::Row}};  // A panels packed as used
+                        {2000, 100, 1300, Layout::Col, Layout::Row},   // A panels packed as used
+                        {300, 2100, 700, Layout::Row, Layout::Col},    // row chunks, 2 column blocks
+                        {40, 2100, 700, Layout::Row, Layout::Col}};    // column chunks
   const int saved = omp_get_max_threads();
   for (const Case& c : cases) {
     INFO("m=" << c.m << " n=" << c.n << " k=" << c.k);
