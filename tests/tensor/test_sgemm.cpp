@@ -220,8 +220,9 @@ TEST_CASE("sgemm on 2-3 threads with a short last K block matches the reference"
   // and went from run to run (m=130, n=32, k=641 on 2 threads: 126 of 200 back-to-back calls).
   // The race needs the threads running at once, so each case is called 60 times back to back and
   // compared bitwise with the 1-thread result, which is checked against the reference. The last
-  // two cases take the general path's row and column chunks over two K blocks: a chunk of the
-  // second block must not add to C tiles another thread is still writing in the first.
+  // three cases take the row chunks over 10 K blocks (B in L2) and the general path's row and
+  // column chunks over two: a chunk of block b + 1 must not add to C tiles another thread is
+  // still writing in block b.
   if (!dtr::cpu::sgemm_available()) {
     WARN("this build has no AVX-512 SGEMM (f32 GEMM runs on Eigen): nothing to test");
     return;
@@ -234,6 +235,7 @@ TEST_CASE("sgemm on 2-3 threads with a short last K block matches the reference"
   const Case cases[] = {{130, 32, 641, Layout::Col, Layout::Row},
                         {300, 64, 1300, Layout::Row, Layout::Row},
                         {2000, 100, 1300, Layout::Col, Layout::Row},   // A panels packed as used
+                        {200, 40, 6000, Layout::Row, Layout::Row},     // 10 K blocks, B in L2
                         {300, 2100, 700, Layout::Row, Layout::Col},    // row chunks, 2 column blocks
                         {40, 2100, 700, Layout::Row, Layout::Col}};    // column chunks
   const int saved = omp_get_max_threads();

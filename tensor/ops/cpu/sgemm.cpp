@@ -18,6 +18,7 @@
 
 #ifdef __AVX512F__
 #include "tensor/ops/cpu/sgemm_internal.h"
+#include "tensor/ops/cpu/sgemm_schedule.h"
 #endif
 
 namespace dtr::cpu {
@@ -169,29 +170,6 @@ void compute(const Problem& P, int64_t kc, int64_t kcb, Put add, const float* ap
       panel_times(P, kc, add, ap + (ip - i0) * MR * kcb, ip, bp, jc, js, std::min(jn, js + NSUB_PANELS));
 }
 
-/// Work handed out in chunks by shared counters, one counter per work list (a K block, or a K
-/// block and column block): each thread takes the next chunk when it finishes one, so a core slowed
-/// by another tenant of the machine does less of the work instead of holding the others at the join.
-/// Which thread computes a chunk never changes a result (each C tile is one kernel call per K
-/// block; blocks are ordered by a barrier).
-class Chunks {
- public:
-  Chunks(int64_t lists, int64_t items, int64_t chunk)
-      : next_(std::make_unique<std::atomic<int64_t>[]>(static_cast<size_t>(lists))), items_(items), chunk_(chunk) {
-    for (int64_t i = 0; i < lists; ++i) next_[i].store(0, std::memory_order_relaxed);
-  }
-  /// The next chunk [b, e) of list l; false when the list is exhausted.
-  bool take(int64_t l, int64_t& b, int64_t& e) {
-    b = next_[l].fetch_add(chunk_, std::memory_order_relaxed);
-    e = std::min(items_, b + chunk_);
-    return b < items_;
-  }
-
- private:
-  std::unique_ptr<std::atomic<int64_t>[]> next_;
-  int64_t items_, chunk_;
-};
-
 /// Bytes of packed B one core keeps in its L2 while A panels stream past: 3/4 of the L2
 /// (sysconf; 1 MiB assumed when unknown), the rest for the A panel, C tiles and the source of A.
 int64_t l2_b_bytes() {
@@ -203,31 +181,35 @@ int64_t l2_b_bytes() {
 }
 
 /// Row split with all of B in L2 (n up to ~576 columns at kc 512 on a 2 MB L2: the weight
-/// gradients and lm_head's tall products): per K block every thread packs all of B, then takes
-/// row panels from the block's counter, packs each just before using it (into an L1-sized buffer)
-/// and runs it over every B panel. A is read once from its source and never written back packed.
+/// gradients and lm_head's tall products): items (K block, chunk of row panels) from a TileQueue;
+/// a thread packs all of B of a K block when its first item of that block arrives, then packs
+/// each A panel just before using it (into an L1-sized buffer) and runs it over every B panel.
+/// A is read once from its source and never written back packed.
 void row_split_a_streaming(const Problem& P, int nt, int64_t kcb) {
   const int64_t mp = (P.m + MR - 1) / MR, np = (P.n + NR - 1) / NR, nkb = (P.k + kcb - 1) / kcb;
   const bool stream = !P.accumulate && nkb == 1 && P.m * P.ldc * int64_t(sizeof(float)) >= STREAM_BYTES;
-  Chunks chunks(nkb, mp, std::max<int64_t>(1, 16 / np));  // >= 16 kernel calls per chunk
+  const int64_t chunk = std::max<int64_t>(1, 16 / np);  // >= 16 kernel calls per item
+  const int64_t tiles = (mp + chunk - 1) / chunk;
+  TileQueue queue(nkb, tiles);
 #pragma omp parallel num_threads(nt) if (nt > 1)
   {
     float* bp = t_bprivate.get_in_parallel(static_cast<size_t>(kcb * np * NR));
     float* ap = t_apanel.get_in_parallel(static_cast<size_t>(kcb * MR));
-    for (int64_t pc = 0, kb = 0; pc < P.k; pc += kcb, ++kb) {
-      const int64_t kc = std::min(kcb, P.k - pc);
+    for (int64_t kb, tile, packed = -1; queue.take(kb, tile);) {
+      const int64_t pc = kb * kcb, kc = std::min(kcb, P.k - pc);
       const Put add = P.accumulate || pc > 0 ? Put::Add : stream ? Put::Stream : Put::Store;
-      for (int64_t q = 0; q < np; ++q)
-        pack_b(P.B + q * NR * P.b_cs + pc * P.b_rs, P.b_rs, P.b_cs, std::min<int64_t>(NR, P.n - q * NR), kc,
-               bp + q * NR * kc);
-      for (int64_t i0, i1; chunks.take(kb, i0, i1);)
-        for (int64_t ip = i0; ip < i1; ++ip) {
-          pack_a(P.A + ip * MR * P.a_rs + pc * P.a_cs, P.a_rs, P.a_cs, std::min<int64_t>(MR, P.m - ip * MR), kc, ap);
-          panel_times(P, kc, add, ap, ip, bp, 0, 0, np);
-        }
-      if (pc + kcb < P.k) {
-#pragma omp barrier
+      if (kb != packed) {
+        for (int64_t q = 0; q < np; ++q)
+          pack_b(P.B + q * NR * P.b_cs + pc * P.b_rs, P.b_rs, P.b_cs, std::min<int64_t>(NR, P.n - q * NR), kc,
+                 bp + q * NR * kc);
+        packed = kb;
       }
+      queue.wait_turn(kb, tile);
+      for (int64_t ip = tile * chunk; ip < std::min(mp, (tile + 1) * chunk); ++ip) {
+        pack_a(P.A + ip * MR * P.a_rs + pc * P.a_cs, P.a_rs, P.a_cs, std::min<int64_t>(MR, P.m - ip * MR), kc, ap);
+        panel_times(P, kc, add, ap, ip, bp, 0, 0, np);
+      }
+      queue.finish(kb, tile);
     }
     if (stream) _mm_sfence();
   }
@@ -236,8 +218,8 @@ void row_split_a_streaming(const Problem& P, int nt, int64_t kcb) {
 void general(const Problem& P, int nt) {
   const int64_t mp = (P.m + MR - 1) / MR, np = (P.n + NR - 1) / NR;
   const int64_t nkb = (P.k + KC_MAX - 1) / KC_MAX, kcb = (P.k + nkb - 1) / nkb;
-  // Row split (each thread packs all of B and the A panels of the row chunks it takes: no
-  // barrier within a K block; the duplicated B packing costs nt/(2m) of the FLOPs) when there are
+  // Row split (each thread packs all of B and the A panels of the row chunks it takes, no
+  // barrier; the duplicated B packing costs nt/(2m) of the FLOPs) when there are
   // enough row panels, except for very wide B (lm_head forward: measured faster split by
   // columns). Column split: A packed by all threads into one buffer, then column chunks taken
   // from the counter, each thread packing the B panels of its chunks; two barriers per K block.
@@ -247,52 +229,63 @@ void general(const Problem& P, int nt) {
   // Non-temporal stores when C is written once (one K block) and is larger than STREAM_BYTES.
   const bool stream = !P.accumulate && nkb == 1 && P.m * P.ldc * int64_t(sizeof(float)) >= STREAM_BYTES;
   const int64_t ncb = (np + NC_PANELS - 1) / NC_PANELS;  // row split: column blocks of NC_PANELS
-  // Chunks: row split, 1-8 row panels (about 8 per thread; B's 256-column sub-blocks stay in L2
-  // over a chunk); column split, 1-8 column panels (about 4 per thread).
+  // Row split: items (K block, column block, chunk of 1-8 row panels: about 8 per thread; B's
+  // 256-column sub-blocks stay in L2 over a chunk) from a TileQueue; a thread packs the B column
+  // block when its (K block, column block) changes. Column split: chunks of 1-8 column panels
+  // (about 4 per thread) per K block, A packed by all threads first.
   const int64_t rchunk = std::clamp<int64_t>(mp / (8 * nt), 1, 8), cchunk = std::clamp<int64_t>(np / (4 * nt), 1, NSUB_PANELS);
-  Chunks chunks(row_split ? nkb * ncb : nkb, row_split ? mp : np, row_split ? rchunk : cchunk);
+  const int64_t rtiles = (mp + rchunk - 1) / rchunk;
+  TileQueue queue(nkb, ncb * rtiles);
+  Chunks chunks(nkb, np, cchunk);
   float* ap_shared = row_split ? nullptr : t_apack.get(static_cast<size_t>(mp * MR * kcb));
 #pragma omp parallel num_threads(nt) if (nt > 1)
   {
     const int T = omp_get_num_threads(), t = omp_get_thread_num();
     float* bp = t_bprivate.get_in_parallel(static_cast<size_t>(kcb * (row_split ? std::min(NC_PANELS, np) : cchunk) * NR));
     float* ap = row_split ? t_apanel.get_in_parallel(static_cast<size_t>(rchunk * MR * kcb)) : ap_shared;
-    for (int64_t pc = 0, kb = 0; pc < P.k; pc += kcb, ++kb) {
-      const int64_t kc = std::min(kcb, P.k - pc);
-      const Put add = P.accumulate || pc > 0 ? Put::Add : stream ? Put::Stream : Put::Store;
-      const auto pack_b_panels = [&](int64_t jc, int64_t jn) {
-        for (int64_t q = 0; q < jn; ++q) {
-          const int64_t col0 = (jc + q) * NR;
-          pack_b(P.B + col0 * P.b_cs + pc * P.b_rs, P.b_rs, P.b_cs, std::min<int64_t>(NR, P.n - col0), kc,
-                 bp + q * NR * kc);
+    const auto pack_b_panels = [&](int64_t pc, int64_t kc, int64_t jc, int64_t jn) {
+      for (int64_t q = 0; q < jn; ++q) {
+        const int64_t col0 = (jc + q) * NR;
+        pack_b(P.B + col0 * P.b_cs + pc * P.b_rs, P.b_rs, P.b_cs, std::min<int64_t>(NR, P.n - col0), kc,
+               bp + q * NR * kc);
+      }
+    };
+    const auto pack_a_panels = [&](int64_t pc, int64_t kc, int64_t p0, int64_t p1, float* dst) {
+      for (int64_t ip = p0; ip < p1; ++ip)
+        pack_a(P.A + ip * MR * P.a_rs + pc * P.a_cs, P.a_rs, P.a_cs, std::min<int64_t>(MR, P.m - ip * MR), kc,
+               dst + (ip - p0) * MR * kcb);
+    };
+    const auto put_mode = [&](int64_t pc) {
+      return P.accumulate || pc > 0 ? Put::Add : stream ? Put::Stream : Put::Store;
+    };
+    if (row_split) {
+      for (int64_t kb, tile, packed = -1; queue.take(kb, tile);) {
+        const int64_t pc = kb * kcb, kc = std::min(kcb, P.k - pc), cb = tile / rtiles;
+        const int64_t jc = cb * NC_PANELS, jn = std::min(NC_PANELS, np - jc);
+        const int64_t i0 = tile % rtiles * rchunk, i1 = std::min(mp, i0 + rchunk);
+        if (kb * ncb + cb != packed) {
+          pack_b_panels(pc, kc, jc, jn);
+          packed = kb * ncb + cb;
         }
-      };
-      const auto pack_a_panels = [&](int64_t p0, int64_t p1, float* dst) {
-        for (int64_t ip = p0; ip < p1; ++ip)
-          pack_a(P.A + ip * MR * P.a_rs + pc * P.a_cs, P.a_rs, P.a_cs, std::min<int64_t>(MR, P.m - ip * MR), kc,
-                 dst + (ip - p0) * MR * kcb);
-      };
-      if (row_split) {
-        for (int64_t cb = 0; cb < ncb; ++cb) {
-          const int64_t jc = cb * NC_PANELS, jn = std::min(NC_PANELS, np - jc);
-          pack_b_panels(jc, jn);
-          for (int64_t i0, i1; chunks.take(kb * ncb + cb, i0, i1);) {
-            pack_a_panels(i0, i1, ap);
-            compute(P, kc, kcb, add, ap, i0, i1, bp, jc, jn);
-          }
-        }
-      } else {
+        pack_a_panels(pc, kc, i0, i1, ap);
+        queue.wait_turn(kb, tile);
+        compute(P, kc, kcb, put_mode(pc), ap, i0, i1, bp, jc, jn);
+        queue.finish(kb, tile);
+      }
+    } else {
+      for (int64_t pc = 0, kb = 0; pc < P.k; pc += kcb, ++kb) {
+        const int64_t kc = std::min(kcb, P.k - pc);
         const auto [p0, p1] = part(mp, T, t);
-        pack_a_panels(p0, p1, ap + p0 * MR * kcb);
+        pack_a_panels(pc, kc, p0, p1, ap + p0 * MR * kcb);
 #pragma omp barrier
         for (int64_t j0, j1; chunks.take(kb, j0, j1);) {
-          pack_b_panels(j0, j1 - j0);
-          compute(P, kc, kcb, add, ap, 0, mp, bp, j0, j1 - j0);
+          pack_b_panels(pc, kc, j0, j1 - j0);
+          compute(P, kc, kcb, put_mode(pc), ap, 0, mp, bp, j0, j1 - j0);
         }
-      }
-      // The next K block adds to C tiles (and, column split, repacks A) other threads may still use.
-      if (pc + kcb < P.k) {
+        // The next K block repacks A and adds to C tiles other threads may still use.
+        if (pc + kcb < P.k) {
 #pragma omp barrier
+        }
       }
     }
     if (stream) _mm_sfence();  // order this thread's non-temporal stores before the join

@@ -14,13 +14,14 @@
 // 32-column B panel; when a thread's packed B of the K block fits 3/4 of the L2 (n <= ~576 at kc
 // 512 on a 2 MB L2: weight gradients, lm_head's tall dW / dX) it is all one sub-block and each A
 // panel is packed just before its use instead (A read once from its source, no m x kc packed
-// copy). Threads split the row panels (each packs all of B and the A panels it takes, no barrier
-// within a K block) or, for a very wide B (lm_head forward) or few rows, the column panels (A
-// packed by all into one buffer, two barriers per K block); either way the panels are handed out
-// in chunks from a shared counter, so a core slowed by another tenant of the machine takes fewer
-// chunks instead of holding the other threads at the join (measured in-process, old static
-// halves vs chunks alternating call by call, 2 threads, 2026-12-02: +3..+25% mean GFLOP/s on the
-// layer and lm_head shapes). Edge rows use a kernel
+// copy). Threads split the row panels (each packs all of B and the A panels it takes, no barrier:
+// items of (K block, row chunk) from one counter in K order, a chunk taking block b + 1 only after
+// its block b finished) or, for a very wide B (lm_head forward) or few rows, the column panels (A
+// packed by all into one buffer, column chunks from a counter, two barriers per K block); see
+// sgemm_schedule.h: a core slowed by another tenant of the machine takes fewer chunks instead of
+// holding the other threads at the join (measured in-process, old static halves vs chunks
+// alternating call by call, 2 threads, 2026-12-02: +3..+25% mean GFLOP/s on the layer and
+// lm_head shapes). Edge rows use a kernel
 // instantiated for that row count, edge columns masked loads/stores of C; a C of 16 MB or more
 // written in one K block (lm_head) goes out with non-temporal stores. Packing transposes 16x16
 // blocks in registers where the source layout needs it. Skinny products (LoRA rank 8) are
