@@ -5,7 +5,12 @@
 #include <catch2/catch.hpp>
 #include <omp.h>
 
+#include <atomic>
+#include <limits>
+#include <vector>
+
 #include "gradcheck.h"
+#include "tensor/ops/cpu/group_pieces.h"
 #include "tensor/random.h"
 
 using namespace dtr;
@@ -103,8 +108,8 @@ TEST_CASE("grouped_mm large groups (GEMM parallel inside) and many small ones (p
 TEST_CASE("grouped_mm splits the work evenly over threads: f32 bit-equal for any thread count", "[grouped_mm]") {
   manual_seed(7);
   // Empty groups, groups below the 16-row cut unit, one group above a thread's share; 2 * 600 * 64
-  // * 80 FLOPs (above the parallel threshold); with 3 and 4 threads cuts land inside groups (2x3:
-  // rows 192 of group 2 and 48 of group 6 for 3 threads), with 2 at a group's end.
+  // * 80 FLOPs (above the parallel threshold); on 2-4 threads cuts land inside groups (2x3, 2
+  // threads: groups 2 and 6 in 4 and 3 pieces of ~75 rows, cut at rows 80, 144, 224 and 80, 160).
   const Shape sizes{0, 5, 300, 17, 0, 33, 245};
   Tensor a = rnd({600, 64}, DType::f32), b = rnd({7, 64, 80}, DType::f32), w = rnd({7, 80, 64}, DType::f32);
   Tensor g = rnd({600, 80}, DType::f32);
@@ -129,6 +134,75 @@ TEST_CASE("grouped_mm splits the work evenly over threads: f32 bit-equal for any
     CHECK(max_abs_diff(grouped_mm(at, b8, sizes), r8t) == 0);
   }
   omp_set_num_threads(saved);
+}
+
+TEST_CASE("grouped_mm's thread schedule computes every row exactly once, cut on 16-row multiples",
+          "[grouped_mm]") {
+  using cpu::kGroupCutRows;
+  // 2x3 rows (cost 1 per row) of skewed groups (one with most rows), empty ones, groups below one
+  // cut unit, many small ones; 2x2 blocks of 48 rows costing the group's tokens (0: never cut)
+  Shape skewed{0, 5, 2000, 17, 0, 33, 245, 16, 31, 1}, many(100, 7), one{4099};
+  many[3] = 0;
+  const Shape tokens{0, 900, 3, 0, 64, 16};
+  struct Case {
+    Shape rows;
+    std::vector<int64_t> cost;
+  };
+  std::vector<Case> cases = {{skewed, std::vector<int64_t>(skewed.size(), 1)},
+                             {many, std::vector<int64_t>(many.size(), 1)},
+                             {one, {1}},
+                             {Shape(tokens.size(), 48), tokens}};
+  const int saved = omp_get_max_threads();
+  for (size_t c = 0; c < cases.size(); ++c)
+    for (int t : {1, 2, 3, 4}) {
+      omp_set_num_threads(t);
+      INFO("case " << c << ", threads " << t);
+      const Shape& rows = cases[c].rows;
+      std::vector<std::vector<std::atomic<int>>> seen(rows.size());
+      for (size_t g = 0; g < rows.size(); ++g) seen[g] = std::vector<std::atomic<int>>(rows[g]);
+      std::atomic<int> pieces{0}, bad_cuts{0};
+      cpu::for_group_pieces(rows, cases[c].cost, cpu::kGroupParallelWork, [&](int64_t g, int64_t r0, int64_t r1) {
+        pieces.fetch_add(1);
+        const bool whole = r0 == 0 && r1 == rows[g];
+        const bool on_unit = r0 % kGroupCutRows == 0 && (r1 == rows[g] || r1 % kGroupCutRows == 0);
+        if (!whole && (!on_unit || r1 - r0 < kGroupCutRows)) bad_cuts.fetch_add(1);
+        for (int64_t r = r0; r < r1; ++r) seen[g][r].fetch_add(1);
+      });
+      CHECK(bad_cuts.load() == 0);
+      int64_t wrong = 0;
+      for (size_t g = 0; g < rows.size(); ++g)
+        for (const auto& v : seen[g]) wrong += v.load() != 1;
+      CHECK(wrong == 0);
+      // more pieces than threads: the large groups are cut (the dynamic schedule has work to hand out)
+      if (t > 1 && c != 1) CHECK(pieces.load() > t + 1);
+    }
+  omp_set_num_threads(saved);
+}
+
+TEST_CASE("grouped_mm f32 on 2 and 3 threads bit-equal to 1 thread: skewed groups, many pieces",
+          "[grouped_mm]") {
+  manual_seed(8);
+  // one expert with most rows (cut into many pieces), empty experts, experts below a cut unit
+  const Shape sizes{0, 7, 1500, 40, 0, 16, 300, 1, 0, 180};
+  const int64_t T = total(sizes), G = static_cast<int64_t>(sizes.size());
+  Tensor a = rnd({T, 96}, DType::f32), b = rnd({G, 96, 80}, DType::f32), g = rnd({T, 80}, DType::f32);
+  const int saved = omp_get_max_threads();
+  // Poisons the allocator's cached block of `shape` with NaN, so that a row left uncomputed shows.
+  auto poison = [](const Shape& shape) {
+    (void)full(shape, std::numeric_limits<double>::quiet_NaN(), TensorOptions(DType::f32));
+  };
+  omp_set_num_threads(1);
+  const Tensor r23 = grouped_mm(a, b, sizes), r22 = grouped_mm(a.t(), g, sizes);
+  for (int t : {2, 3}) {
+    omp_set_num_threads(t);
+    INFO("threads " << t);
+    poison({T, 80});
+    CHECK(dtr::testing::allclose(grouped_mm(a, b, sizes), r23, 0, 0));  // bit-equal, NaN unequal
+    poison({G, 96, 80});
+    CHECK(dtr::testing::allclose(grouped_mm(a.t(), g, sizes), r22, 0, 0));
+  }
+  omp_set_num_threads(saved);
+  CHECK(max_abs_diff(r23, loop_2x3(a, b, sizes)) < 1e-4);
 }
 
 TEST_CASE("grouped_mm bf16 computes in f32 and rounds once", "[grouped_mm]") {
