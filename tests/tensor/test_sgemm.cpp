@@ -165,6 +165,51 @@ TEST_CASE("sgemm on a layer-sized product, a C past the streaming threshold and 
   check_one(2000, 100, 1300, Layout::Col, Layout::Row, true, 0, g);
 }
 
+TEST_CASE("sgemm with a C past the streaming threshold and k in (640, 1024]: one K block", "[sgemm]") {
+  // lm_head's dW layout (A column-major, B row-major), C of 17 MB at k = 1000: one K block of
+  // 1000 instead of two of 500; stored (non-temporal) and accumulated, on 1 and 2 threads (bitwise
+  // equal), checked against a double reference on 4000 sampled elements (the full reference
+  // would take seconds) and the ldc padding untouched.
+  if (!dtr::cpu::sgemm_available()) {
+    WARN("this build has no AVX-512 SGEMM (f32 GEMM runs on Eigen): nothing to test");
+    return;
+  }
+  std::mt19937 g(23);
+  const int64_t m = 4100, n = 1030, k = 1000, ldc = n + 2;
+  const Operand A = make_operand(m, k, Layout::Col, 1, g), B = make_operand(k, n, Layout::Row, 1, g);
+  const int saved = omp_get_max_threads();
+  for (const bool acc : {false, true}) {
+    INFO("accumulate " << acc);
+    std::vector<float> C0(static_cast<size_t>(m * ldc));
+    std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+    for (auto& x : C0) x = u(g);
+    std::vector<float> C1 = C0, C2 = C0;
+    omp_set_num_threads(1);
+    sgemm(m, n, k, A.buf.data(), A.rs, A.cs, B.buf.data(), B.rs, B.cs, C1.data(), ldc, acc);
+    omp_set_num_threads(2);
+    sgemm(m, n, k, A.buf.data(), A.rs, A.cs, B.buf.data(), B.rs, B.cs, C2.data(), ldc, acc);
+    CHECK(std::memcmp(C1.data(), C2.data(), C1.size() * sizeof(float)) == 0);
+    std::uniform_int_distribution<int64_t> ri(0, m - 1), rj(0, ldc - 1);
+    int bad = 0;
+    for (int s = 0; s < 4000; ++s) {
+      const int64_t i = ri(g), j = rj(g);
+      const size_t c = static_cast<size_t>(i * ldc + j);
+      if (j >= n) {
+        bad += C1[c] != C0[c];
+        continue;
+      }
+      double ref = acc ? C0[c] : 0.0, mag = acc ? std::fabs(C0[c]) : 0.0;
+      for (int64_t p = 0; p < k; ++p) {
+        ref += double(A.at(i, p)) * B.at(p, j);
+        mag += std::fabs(double(A.at(i, p)) * B.at(p, j));
+      }
+      bad += !(std::fabs(C1[c] - ref) <= (k + 2) * std::ldexp(1.0, -23) * mag + 1e-30);
+    }
+    CHECK(bad == 0);
+  }
+  omp_set_num_threads(saved);
+}
+
 TEST_CASE("sgemm propagates NaN and Inf on every path", "[sgemm]") {
   if (!dtr::cpu::sgemm_available()) {
     WARN("this build has no AVX-512 SGEMM (f32 GEMM runs on Eigen): nothing to test");
