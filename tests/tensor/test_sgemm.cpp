@@ -371,8 +371,15 @@ TEST_CASE("sgemm_avx2 with k = 0 and on 1-3 threads gives the same bits", "[sgem
     int64_t m, n, k;
     Layout la, lb;
   };
-  // Row split with a short last K block; column split (n > 8 m).
-  const Case cases[] = {{130, 40, 770, Layout::Col, Layout::Row}, {20, 2000, 100, Layout::Row, Layout::Col}};
+  // Row split with a short last K block; column split (n > 8 m); row chunks over 10 K blocks,
+  // row chunks over 2 column blocks and column chunks, both over 2 K blocks: a chunk of block
+  // b + 1 must not add to C tiles another thread is still writing in block b, and none may be
+  // skipped or taken twice.
+  const Case cases[] = {{130, 40, 770, Layout::Col, Layout::Row},
+                        {20, 2000, 100, Layout::Row, Layout::Col},
+                        {200, 40, 3800, Layout::Row, Layout::Row},
+                        {200, 1100, 400, Layout::Row, Layout::Col},
+                        {30, 1100, 400, Layout::Row, Layout::Col}};
   const int saved = omp_get_max_threads();
   for (const Case& c : cases) {
     INFO("m=" << c.m << " n=" << c.n << " k=" << c.k);

@@ -10,12 +10,15 @@
 #include <cstdlib>
 #include <cstring>
 #include <utility>
+#include <vector>
 
 #include "tensor/error.h"
 #include "tensor/ops/cpu/sgemm_common.h"
 
 #if defined(__AVX2__) && defined(__FMA__)
 #include <immintrin.h>
+
+#include "tensor/ops/cpu/sgemm_schedule.h"
 #endif
 
 namespace dtr::cpu {
@@ -35,8 +38,8 @@ constexpr int64_t KC_MAX = 384;     // K block: A panel 384 x 6 (9 KB) in L1 bes
 constexpr int64_t NC_PANELS = 64;   // B columns packed at a time: 1024
 constexpr int64_t NSUB_PANELS = 8;  // B sub-block reused from L2 over all A panels: 128 columns
 
-using sgemm_detail::part;
 using sgemm_detail::Problem;
+using sgemm_detail::TileQueue;
 thread_local sgemm_detail::Scratch t_apack, t_bpack;  // this kernel's own, per thread
 
 /// Register tile: C[0:M, 0:cols] (+)= Apanel[kc x 6 (first M used)] * Bpanel[kc x 16].
@@ -145,46 +148,92 @@ void pack_b(const float* B, int64_t b_rs, int64_t b_cs, int64_t cols, int64_t kc
   }
 }
 
+/// Tiles of row panels [i0, i1) x column panels [jc, jc + jn) for one K block of depth kc,
+/// packed A in ap (panel i0 + r at ap + r*MR*kcb), packed B in bp (panel jc + q at bp + q*NR*kc):
+/// per 128-column B sub-block (L2), each A panel (L1) over its B panels.
+void compute(const Problem& P, int64_t kc, int64_t kcb, bool add, const float* ap, int64_t i0, int64_t i1,
+             const float* bp, int64_t jc, int64_t jn) {
+  for (int64_t js = 0; js < jn; js += NSUB_PANELS) {
+    const int64_t je = std::min(jn, js + NSUB_PANELS);
+    for (int64_t ip = i0; ip < i1; ++ip) {
+      const KernelFn kern = kKernels[std::min<int64_t>(MR, P.m - ip * MR) - 1];
+      const float* a = ap + (ip - i0) * MR * kcb;
+      float* crow = P.C + ip * MR * P.ldc;
+      for (int64_t q = js; q < je; ++q) {
+        const int64_t col0 = (jc + q) * NR;
+        kern(kc, a, bp + q * NR * kc, crow + col0, P.ldc, std::min<int64_t>(NR, P.n - col0), add);
+      }
+    }
+  }
+}
+
+/// Boundaries b[0] = 0 < b[1] < .. < b.back() = n of the parts of `n` panels handed out to nt
+/// threads: each part (n - start) / (2 nt) panels, clamped to [1, max_chunk] (OpenMP's guided
+/// schedule): large parts first, single panels at the end, so the thread that finishes last
+/// waits at most one small part. By shape and nt only; a result never depends on it.
+std::vector<int64_t> guided_parts(int64_t n, int nt, int64_t max_chunk) {
+  std::vector<int64_t> b{0};
+  while (b.back() < n) b.push_back(b.back() + std::clamp<int64_t>((n - b.back()) / (2 * nt), 1, max_chunk));
+  return b;
+}
+
 void general(const Problem& P, int nt) {
   const int64_t mp = (P.m + MR - 1) / MR, np = (P.n + NR - 1) / NR;
   const int64_t nkb = (P.k + KC_MAX - 1) / KC_MAX, kcb = (P.k + nkb - 1) / nkb;
-  // Row split (each thread packs its own A rows and all of B) when there are enough row panels
-  // and B is not very wide; else column split (each thread packs all of A and its own B).
+  // Items (K block, part of C) from a TileQueue, in K order, a part taking block b + 1 only after
+  // its block b finished: no barrier. Row split when there are enough row panels and B is not
+  // very wide: parts of (1024-column block, 1-16 row panels, guided_parts); a thread packs the B
+  // column block when its (K block, column block) changes and the A panels of each item. Column
+  // split: parts of 1-8 column panels (guided_parts); a thread packs all
+  // of A when its K block changes (few rows, or n > 8 m: a small share of the work) and the B
+  // panels of each item.
   const bool row_split = nt == 1 || (mp >= 4 * nt && P.n <= 8 * P.m);
+  const int64_t ncb = (np + NC_PANELS - 1) / NC_PANELS;
+  const std::vector<int64_t> parts = row_split ? guided_parts(mp, nt, 16) : guided_parts(np, nt, NSUB_PANELS);
+  const int64_t nparts = static_cast<int64_t>(parts.size()) - 1, chunk = parts[1];  // the first part is the largest
+  TileQueue queue(nkb, row_split ? ncb * nparts : nparts);
 #pragma omp parallel num_threads(nt) if (nt > 1)
   {
-    const int T = omp_get_num_threads(), t = omp_get_thread_num();
-    const auto [i0, i1] = row_split ? part(mp, T, t) : std::pair<int64_t, int64_t>{0, mp};
-    const auto [j0, j1] = row_split ? std::pair<int64_t, int64_t>{0, np} : part(np, T, t);
-    float* ap = t_apack.get_in_parallel(static_cast<size_t>(std::max<int64_t>(1, i1 - i0) * MR * kcb));
-    float* bp = t_bpack.get_in_parallel(static_cast<size_t>(kcb * NC_PANELS * NR));
-    for (int64_t pc = 0; pc < P.k && j1 > j0 && i1 > i0; pc += kcb) {
-      const int64_t kc = std::min(kcb, P.k - pc);
-      const bool add = P.accumulate || pc > 0;
-      for (int64_t ip = i0; ip < i1; ++ip)
-        pack_a(P.A + ip * MR * P.a_rs + pc * P.a_cs, P.a_rs, P.a_cs, std::min<int64_t>(MR, P.m - ip * MR), kc,
-               ap + (ip - i0) * MR * kc);
-      for (int64_t jc = j0; jc < j1; jc += NC_PANELS) {
-        const int64_t jn = std::min(NC_PANELS, j1 - jc);
-        for (int64_t q = 0; q < jn; ++q) {
-          const int64_t col0 = (jc + q) * NR;
-          pack_b(P.B + col0 * P.b_cs + pc * P.b_rs, P.b_rs, P.b_cs, std::min<int64_t>(NR, P.n - col0), kc,
-                 bp + q * NR * kc);
-        }
-        for (int64_t js = 0; js < jn; js += NSUB_PANELS) {
-          const int64_t je = std::min(jn, js + NSUB_PANELS);
-          for (int64_t ip = i0; ip < i1; ++ip) {
-            const int64_t rows = std::min<int64_t>(MR, P.m - ip * MR);
-            const KernelFn kern = kKernels[rows - 1];
-            const float* a = ap + (ip - i0) * MR * kc;
-            float* crow = P.C + ip * MR * P.ldc;
-            for (int64_t q = js; q < je; ++q) {
-              const int64_t col0 = (jc + q) * NR;
-              kern(kc, a, bp + q * NR * kc, crow + col0, P.ldc, std::min<int64_t>(NR, P.n - col0), add);
-            }
-          }
-        }
+    float* bp = t_bpack.get_in_parallel(static_cast<size_t>(kcb * (row_split ? std::min(NC_PANELS, np) : chunk) * NR));
+    float* ap = t_apack.get_in_parallel(static_cast<size_t>((row_split ? chunk : mp) * MR * kcb));
+    const auto pack_b_panels = [&](int64_t pc, int64_t kc, int64_t jc, int64_t jn) {
+      for (int64_t q = 0; q < jn; ++q) {
+        const int64_t col0 = (jc + q) * NR;
+        pack_b(P.B + col0 * P.b_cs + pc * P.b_rs, P.b_rs, P.b_cs, std::min<int64_t>(NR, P.n - col0), kc,
+               bp + q * NR * kc);
       }
+    };
+    const auto pack_a_panels = [&](int64_t pc, int64_t kc, int64_t p0, int64_t p1) {
+      for (int64_t ip = p0; ip < p1; ++ip)
+        pack_a(P.A + ip * MR * P.a_rs + pc * P.a_cs, P.a_rs, P.a_cs, std::min<int64_t>(MR, P.m - ip * MR), kc,
+               ap + (ip - p0) * MR * kcb);
+    };
+    for (int64_t kb, tile, packed = -1; queue.take(kb, tile);) {
+      const int64_t pc = kb * kcb, kc = std::min(kcb, P.k - pc);
+      int64_t i0 = 0, i1 = mp, jc, jn;
+      if (row_split) {
+        const int64_t cb = tile / nparts;
+        jc = cb * NC_PANELS;
+        jn = std::min(NC_PANELS, np - jc);
+        i0 = parts[tile % nparts];
+        i1 = parts[tile % nparts + 1];
+        if (kb * ncb + cb != packed) {
+          pack_b_panels(pc, kc, jc, jn);
+          packed = kb * ncb + cb;
+        }
+        pack_a_panels(pc, kc, i0, i1);
+      } else {
+        jc = parts[tile];
+        jn = parts[tile + 1] - jc;
+        if (kb != packed) {
+          pack_a_panels(pc, kc, 0, mp);
+          packed = kb;
+        }
+        pack_b_panels(pc, kc, jc, jn);
+      }
+      if (nkb > 1) queue.wait_turn(kb, tile);  // one K block: nothing to wait for, no shared line to write
+      compute(P, kc, kcb, P.accumulate || pc > 0, ap, i0, i1, bp, jc, jn);
+      if (nkb > 1) queue.finish(kb, tile);
     }
   }
 }

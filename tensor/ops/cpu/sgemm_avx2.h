@@ -4,8 +4,11 @@
 // 384; A packed into 6-row panels, B into 16-column panels, 1024 columns at a time; a 6x16
 // register tile of 12 ymm accumulators, one broadcast from A and two loads from B per k; loop
 // nest per thread: 128-column B sub-block (L2) > 6-row A panel (L1) > 16-column B panel) and
-// the same thread split (row panels, or column panels for a wide B or few rows, each thread
-// packing its own operands: no barrier). Edge tiles go through a 6x16 buffer. Every shape takes
+// the same thread split (row panels, or column panels for a wide B or few rows), handed out as
+// items (K block, chunk of panels) from one counter in K order (sgemm_schedule.h's TileQueue, no
+// barrier; a core slowed by another tenant takes fewer; the column split packs all of A per
+// thread and K block, the AVX-512 one shares it).
+// Edge tiles go through a 6x16 buffer. Every shape takes
 // the packed path (no skinny special cases). Compiled with -march=x86-64-v3 whatever the
 // kernel architecture, so an AVX-512 build can run it too (DTR_SGEMM=avx2 or avx2+eigen, for
 // tests and dtr-bench gemm). Without AVX-512, gemm.cpp runs it where avx2_kernel_preferred()
