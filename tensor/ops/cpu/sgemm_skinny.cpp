@@ -42,7 +42,7 @@ void skinny_n(const Problem& P, int nt) {
   for (int64_t p = 0; p < P.k; ++p)
     for (int64_t j = 0; j < 16; ++j) bp[p * 16 + j] = j < P.n ? P.B[p * P.b_rs + j * P.b_cs] : 0.0f;
   const int64_t blocks = (P.m + SKINNY_R - 1) / SKINNY_R;
-#pragma omp parallel for num_threads(nt) if (nt > 1) schedule(static)
+#pragma omp parallel for num_threads(nt) if (nt > 1) schedule(dynamic, 4)
   for (int64_t b = 0; b < blocks; ++b) {
     const int64_t i = b * SKINNY_R, rows = std::min<int64_t>(SKINNY_R, P.m - i);
     kSkinny[rows - 1](P, i, bp);
@@ -130,7 +130,7 @@ void skinny_dot(const Problem& P, int nt) {
   const int R = P.n <= 8 ? 2 : 1;
   const DotFn full = R == 2 ? kDot2[P.n - 1] : kDot1[P.n - 1], one = kDot1[P.n - 1];
   const int64_t groups = (P.m + DOT_GROUP - 1) / DOT_GROUP;
-#pragma omp parallel for num_threads(nt) if (nt > 1) schedule(static)
+#pragma omp parallel for num_threads(nt) if (nt > 1) schedule(dynamic, 4)
   for (int64_t g = 0; g < groups; ++g) {
     alignas(64) float state[DOT_GROUP * SKINNY_N * 16];
     const int64_t i0 = g * DOT_GROUP, i1 = std::min(P.m, i0 + DOT_GROUP);
@@ -193,7 +193,7 @@ void small_m(const SmallM& S, int nt) {
   for (int64_t p = 0; p < S.k; ++p)
     for (int64_t r = 0; r < SM_R; ++r) ap[p * SM_R + r] = r < S.m ? S.A[r * S.a_rs + p * S.a_cs] : 0.0f;
   const int64_t tiles = (S.n + SM_W - 1) / SM_W;
-#pragma omp parallel for num_threads(nt) if (nt > 1) schedule(static)
+#pragma omp parallel for num_threads(nt) if (nt > 1) schedule(dynamic, 2)
   for (int64_t t = 0; t < tiles; ++t) small_m_tile(S, ap, t * SM_W);
 }
 
