@@ -12,6 +12,9 @@
 // Backward work items: (batch, kv head[, query chunk]), in parallel; each owns the dq rows of
 // its query blocks and its dk / dv accumulators (the output's rows, or with query chunks, a
 // buffer per chunk added at the end), so no accumulation races.
+// Both loops hand the items out one at a time (schedule(dynamic)), largest first (largest_first:
+// by the keys the mask lets each see), so a thread slowed by another tenant of the machine takes
+// fewer and the last ones taken are small.
 // bf16/f16 inputs are computed in f32 and lse is kept in f32 (registered without the
 // dispatcher's upcast so that lse is not rounded to low precision).
 // Layouts: q, k, v, g, out are read through their strides (unit stride in D), so the model's
@@ -24,6 +27,7 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <numeric>
 #include <type_traits>
 #include <utility>
 #include <vector>
@@ -183,6 +187,28 @@ void for_each_key_block(const Mask& mk, int64_t block, int64_t b, int64_t i0, in
   }
 }
 
+/// Key-block entries (rows x keys) that query rows [i0, i0 + n) of batch row b compute with key
+/// blocks of `block` keys: the work of one query block, for ordering the work items.
+int64_t visible_keys(const Mask& mk, int64_t block, int64_t b, int64_t i0, int64_t n) {
+  int64_t keys = 0;
+  for_each_key_block(mk, block, b, i0, n, [&](int64_t, int64_t nb, BlockMask) { keys += nb; });
+  return n * keys;
+}
+
+/// The work items 0 .. items - 1 in decreasing order of cost(item), ties in index order. The
+/// parallel loops hand them out in this order (schedule(dynamic)), so the last ones taken are
+/// the small ones (the causal mask's early query blocks) and a thread that finishes first waits
+/// at most a small item; a thread slowed by another tenant of the machine takes fewer. By shape
+/// only, and each item writes its own outputs: the result depends on neither.
+template <class F>
+std::vector<int64_t> largest_first(int64_t items, F&& cost) {
+  std::vector<int64_t> c(static_cast<size_t>(items)), order(static_cast<size_t>(items));
+  for (int64_t it = 0; it < items; ++it) c[it] = cost(it);
+  std::iota(order.begin(), order.end(), int64_t{0});
+  std::stable_sort(order.begin(), order.end(), [&](int64_t a, int64_t b) { return c[a] > c[b]; });
+  return order;
+}
+
 /// The stacked score block s [heads * n, nb] = qs k^T for the keys [j0, j0 + nb) (kb: the first
 /// key's row, row stride ks), masked per head when the block is partial.
 template <class T>
@@ -208,8 +234,13 @@ void sdpa_forward(const Tensor& q, const Tensor& k, const Tensor& v, Tensor& out
   const T sc = static_cast<T>(scale);
   const int64_t hpi = forward_heads_per_item(group, B * Hkv * nqb), subgroups = Hq / hpi;
   const int64_t items = B * subgroups * nqb;  // (batch row, hpi query heads of one kv head, query block)
+  const std::vector<int64_t> order = largest_first(items, [&](int64_t it) {
+    const int64_t i0 = it % nqb * kBlockQ;
+    return visible_keys(mk, kBlockKForward, it / (nqb * subgroups), i0, std::min(T_, i0 + kBlockQ) - i0);
+  });
 #pragma omp parallel for schedule(dynamic) if (items > 1 && B * Hq * T_ * S * D >= cpu::kParallelGrain)
-  for (int64_t it = 0; it < items; ++it) {
+  for (int64_t idx = 0; idx < items; ++idx) {
+    const int64_t it = order[idx];
     const int64_t qb = it % nqb, h0 = (it / nqb) % subgroups * hpi, b = it / (nqb * subgroups), hk = h0 / group;
     const int64_t i0 = qb * kBlockQ, i1 = std::min(T_, i0 + kBlockQ), n = i1 - i0, rows = hpi * n;
     Mat<T> qs;  // the item's queries, scaled once
@@ -333,8 +364,16 @@ void sdpa_backward(const Tensor& g, const Tensor& q, const Tensor& k, const Tens
   const int64_t items = kv_items * split;  // (batch row, kv head, query chunk)
   // dk / dv of the items r > 0 of each kv head, [kv item * (split - 1) + r - 1]
   std::vector<Mat<T>> part_dk(static_cast<size_t>(kv_items * (split - 1))), part_dv(part_dk.size());
+  const std::vector<int64_t> order = largest_first(items, [&](int64_t it) {
+    int64_t keys = 0;
+    for (int64_t i0 = 0; i0 < T_; i0 += kBlockQ)
+      if (query_chunk(i0 / kBlockQ, split) == it % split)
+        keys += visible_keys(mk, kBlockKBackward, it / split / Hkv, i0, std::min(T_, i0 + kBlockQ) - i0);
+    return keys;
+  });
 #pragma omp parallel for schedule(dynamic) if (items > 1 && B * Hq * T_ * S * D >= cpu::kParallelGrain)
-  for (int64_t it = 0; it < items; ++it) {
+  for (int64_t idx = 0; idx < items; ++idx) {
+    const int64_t it = order[idx];
     const int64_t kvi = it / split, r = it % split, b = kvi / Hkv, hk = kvi % Hkv;
     const bool k_out = r == 0 && dk_direct, v_out = r == 0 && dv_direct;  // accumulate in the output
     Mat<T> dKown, dVown;
