@@ -1,8 +1,12 @@
 // moe_permute / moe_unpermute (tensor/ops/moe_permute.h) in f64 against the composition they
 // replace (embedding gather, broadcast mul, sum over k; embedding_backward's scatter-add), with
 // gradients by finite differences; f32 equal to the composition within rounding; a routing
-// where one expert takes most copies and others none; bad slot positions.
+// where one expert takes most copies and others none; the kernels bit-equal on 1-3 threads; bad
+// slot positions.
 #include <catch2/catch.hpp>
+#include <omp.h>
+
+#include <limits>
 
 #include "gradcheck.h"
 #include "tensor/ops.h"
@@ -77,6 +81,46 @@ TEST_CASE("moe_unpermute in f32 on a layer-sized routing equals the composition 
   const Perm p = make_perm(N, k, E, [](int64_t s) { return (s * 7 + s / 4) % 16; });
   const Tensor ys = randn({N * k, H}), probs = uniform({N, k}, 0, 1);
   CHECK(max_abs_diff(moe_unpermute(ys, p.slot_position, probs), unpermute_ref(ys, p.slot_position, probs)) < 1e-5);
+}
+
+TEST_CASE("moe_permute kernels on 2 and 3 threads bit-equal to 1 thread (dynamic chunks of tokens)", "[moe]") {
+  // 1100 tokens: 17 full chunks of 64 and a partial one; outputs > 1 MiB (cached blocks) are
+  // poisoned with NaN before each call, so a token no thread computed shows
+  const int64_t N = 1100, k = 4, E = 16, H = 256;
+  const Perm p = make_perm(N, k, E, [](int64_t s) { return s % 5 == 0 ? 3 : (s * 7 + s / 4) % 16; });
+  manual_seed(9);
+  const Tensor ys = randn({N * k, H}), probs = uniform({N, k}, 0, 1), g = randn({N, H}), gs = randn({N * k, H});
+  auto poison = [&] {
+    for (const Shape& shape : {Shape{N * k, H}, Shape{N, H}})
+      (void)full(shape, std::numeric_limits<double>::quiet_NaN());
+  };
+  auto run = [&] {
+    std::vector<Tensor> out;
+    poison();
+    out.push_back(moe_unpermute(ys, p.slot_position, probs));
+    Tensor y = ys.detach().clone().set_requires_grad(true), pr = probs.detach().clone().set_requires_grad(true);
+    Tensor loss = sum(mul(moe_unpermute(y, p.slot_position, pr), g));
+    poison();
+    loss.backward();
+    out.push_back(y.grad());
+    out.push_back(pr.grad());
+    Tensor x = g.detach().clone().set_requires_grad(true);
+    loss = sum(mul(moe_permute(x, p.sorted_token, p.slot_position, k), gs));
+    poison();
+    loss.backward();
+    out.push_back(x.grad());
+    return out;
+  };
+  const int saved = omp_get_max_threads();
+  omp_set_num_threads(1);
+  const std::vector<Tensor> ref = run();
+  for (int t : {2, 3}) {
+    omp_set_num_threads(t);
+    INFO("threads " << t);
+    const std::vector<Tensor> got = run();
+    for (size_t i = 0; i < ref.size(); ++i) CHECK(dtr::testing::allclose(got[i], ref[i], 0, 0));
+  }
+  omp_set_num_threads(saved);
 }
 
 TEST_CASE("moe_permute / moe_unpermute reject bad slot positions", "[moe]") {

@@ -1,7 +1,9 @@
 // CPU kernels of moe_permute_backward, moe_unpermute and moe_unpermute_backward (see
 // ops/moe_permute.h): OpenMP over tokens, each token's k rows in order j = 0..k-1, so results do
 // not depend on the thread count; every output element is written once (no zero fill, no
-// atomics: slot_position is a permutation, so each sorted row belongs to exactly one slot).
+// atomics: slot_position is a permutation, so each sorted row belongs to exactly one slot). The
+// threads take chunks of kChunkTokens tokens in turn (schedule dynamic), so a thread slowed by
+// another process takes fewer instead of making the others wait at the join.
 #include <algorithm>
 #include <vector>
 
@@ -11,6 +13,9 @@
 
 namespace dtr {
 namespace {
+
+/// Tokens per chunk of the dynamic schedule (2048 tokens: 32 chunks).
+constexpr int64_t kChunkTokens = 64;
 
 Tensor contig(const Tensor& t) { return t.is_contiguous() ? t : contiguous(t.detach()); }
 
@@ -38,7 +43,7 @@ std::vector<Tensor> k_moe_permute_backward(const OpCall& c) {
     using T = decltype(tag);
     const T* pg = static_cast<const T*>(g.data_ptr());
     T* po = static_cast<T*>(dx.data_ptr());
-#pragma omp parallel for schedule(static) if (M * H >= cpu::kParallelGrain)
+#pragma omp parallel for schedule(dynamic, kChunkTokens) if (M * H >= cpu::kParallelGrain)
     for (int64_t t = 0; t < N; ++t) {
       T* o = po + t * H;
       const T* r0 = pg + pos[t * k] * H;
@@ -64,7 +69,7 @@ std::vector<Tensor> k_moe_unpermute(const OpCall& c) {
     const T* py = static_cast<const T*>(ys.data_ptr());
     const T* pp = static_cast<const T*>(probs.data_ptr());
     T* po = static_cast<T*>(out.data_ptr());
-#pragma omp parallel for schedule(static) if (M * H >= cpu::kParallelGrain)
+#pragma omp parallel for schedule(dynamic, kChunkTokens) if (M * H >= cpu::kParallelGrain)
     for (int64_t t = 0; t < N; ++t) {
       T* o = po + t * H;
       const T* r0 = py + pos[t * k] * H;
@@ -97,7 +102,7 @@ std::vector<Tensor> k_moe_unpermute_backward(const OpCall& c) {
     const T* pp = static_cast<const T*>(probs.data_ptr());
     T* pdy = static_cast<T*>(dys.data_ptr());
     T* pdp = static_cast<T*>(dprobs.data_ptr());
-#pragma omp parallel for schedule(static) if (M * H >= cpu::kParallelGrain)
+#pragma omp parallel for schedule(dynamic, kChunkTokens) if (M * H >= cpu::kParallelGrain)
     for (int64_t t = 0; t < N; ++t) {
       const T* gr = pg + t * H;
       for (int64_t j = 0; j < k; ++j) {
