@@ -1,10 +1,11 @@
 #pragma once
-// How the threads of one SGEMM parallel region share the work (the AVX-512 kernel of sgemm.h):
-// pieces of C are handed out from shared atomic counters as threads become free, instead of one
-// static part per thread, so a core slowed by another tenant of the machine (the two vCPUs of a
-// shared VM often run 10-40% apart) does less of the work instead of holding the others at the
-// join. Which thread computes a piece never changes a result: each C tile is one kernel call per
-// K block and the K blocks of a tile are applied in order.
+// How the threads of one SGEMM parallel region share the work (the AVX-512 kernel of sgemm.h and
+// the AVX2 one of sgemm_avx2.h): pieces of C are handed out from shared atomic counters as
+// threads become free, instead of one static part per thread, so a core slowed by another tenant
+// of the machine (the two vCPUs of a shared VM often run 10-40% apart) does less of the work
+// instead of holding the others at the join. Which thread computes a piece never changes a
+// result: each C tile is one kernel call per K block and the K blocks of a tile are applied in
+// order.
 #include <immintrin.h>
 #include <sched.h>
 
