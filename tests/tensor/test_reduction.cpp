@@ -1,6 +1,9 @@
 // Reductions: sum / mean / amax / max / argmax / all / any over dims with and without keepdim,
-// empty tensors, and backward against finite differences.
+// empty tensors, long rows (summed in blocks) against a sequential f64 sum and across thread
+// counts, and backward against finite differences.
 #include <catch2/catch.hpp>
+#include <omp.h>
+
 #include <cmath>
 
 #include "gradcheck.h"
@@ -32,6 +35,37 @@ TEST_CASE("sum and mean over dims", "[reduction]") {
   CHECK(sum(x.transpose(0, 2), {2}).to_vector<double>() == sum(x, {0}).t().to_vector<double>());
   CHECK_THROWS_WITH(sum(x, {3}), Catch::Contains("dim"));
   CHECK_THROWS_WITH(mean(zeros({2}, DType::i64)), Catch::Contains("floating"));
+}
+
+TEST_CASE("sum of long rows (blocks in parallel) equals a sequential sum for any thread count", "[reduction]") {
+  // 100003 elements: 6 blocks of 16384 and a partial one; 3 rows of them, and one row (a loss)
+  manual_seed(3);
+  const Tensor x32 = uniform({3, 100003}, -1, 1, TensorOptions(DType::f32));
+  const Tensor x64 = to_dtype(x32, DType::f64), xi = arange(0, 300009, 1, DType::i64).reshape({3, 100003});
+  std::vector<double> ref(3, 0.0);
+  const std::vector<double> v = x64.to_vector<double>();
+  for (int64_t i = 0; i < 3; ++i)
+    for (int64_t r = 0; r < 100003; ++r) ref[i] += v[i * 100003 + r];
+  const double total = ref[0] + ref[1] + ref[2];
+  const int saved = omp_get_max_threads();
+  omp_set_num_threads(1);
+  const float one32 = sum(x32).item<float>();
+  const std::vector<double> rows64 = sum(x64, {1}).to_vector<double>();
+  for (int t : {1, 2, 3}) {
+    omp_set_num_threads(t);
+    INFO("threads " << t);
+    const std::vector<double> r64 = sum(x64, {1}).to_vector<double>();
+    const std::vector<float> r32 = sum(x32, {-1}).to_vector<float>();
+    for (int64_t i = 0; i < 3; ++i) {
+      CHECK(std::abs(r64[i] - ref[i]) < 1e-10);  // f64 sums of 1e5 values in [-1, 1] in another order
+      CHECK(r64[i] == rows64[i]);                 // bit-equal to one thread
+      CHECK(r32[i] == static_cast<float>(ref[i]));  // accumulated in f64, rounded once
+    }
+    CHECK(sum(x32).item<float>() == one32);
+    CHECK(std::abs(sum(x64).item<double>() - total) < 1e-10);
+    CHECK(sum(xi).item<int64_t>() == int64_t{300009} * 300008 / 2);  // integers exact
+  }
+  omp_set_num_threads(saved);
 }
 
 TEST_CASE("amax, max and argmax", "[reduction]") {

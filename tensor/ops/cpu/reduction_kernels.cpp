@@ -1,9 +1,10 @@
 // CPU kernels of reductions: sum, amax, all, any over any dims; max / argmax along one dim.
 // Strategy: move the reduced dims last (a permuted view), make it contiguous when needed and
 // reduce rows of length R. Reducing a leading block of a contiguous tensor (bias gradients)
-// takes a row-accumulation path that needs no copy.
+// takes a row-accumulation path that needs no copy; sum's long rows are summed in fixed blocks.
 #include <algorithm>
 #include <limits>
+#include <vector>
 
 #include "tensor/dispatch.h"
 #include "tensor/ops.h"
@@ -12,6 +13,9 @@
 
 namespace dtr {
 namespace {
+
+/// Elements per block of a long row's sum (see k_sum).
+constexpr int64_t kSumBlock = 16384;
 
 /// x with kept dims first and reduced dims last, contiguous (copied when the view is not).
 Tensor reduced_last(const Tensor& x, const Shape& dims, int64_t& rows, int64_t& R) {
@@ -52,6 +56,28 @@ std::vector<Tensor> k_sum(const OpCall& c) {
     int64_t rows, R;
     Tensor p = reduced_last(x, dims, rows, R);
     const T* px = static_cast<const T*>(p.data_ptr());
+    if (R >= 2 * kSumBlock) {
+      // Long rows (a loss or a norm over a whole tensor: one row): blocks of kSumBlock summed
+      // vectorised, in parallel over all rows' blocks, then each row's block sums in order; the
+      // blocks do not depend on the thread count, so neither does the result.
+      const int64_t nb = (R + kSumBlock - 1) / kSumBlock;
+      std::vector<Acc> part(static_cast<size_t>(rows * nb));
+#pragma omp parallel for schedule(dynamic) if (x.numel() >= cpu::kParallelGrain)
+      for (int64_t ib = 0; ib < rows * nb; ++ib) {
+        const int64_t i = ib / nb, b0 = ib % nb * kSumBlock, b1 = std::min(R, b0 + kSumBlock);
+        const T* row = px + i * R;
+        Acc acc = 0;
+#pragma omp simd reduction(+ : acc)
+        for (int64_t r = b0; r < b1; ++r) acc += static_cast<Acc>(row[r]);
+        part[ib] = acc;
+      }
+      for (int64_t i = 0; i < rows; ++i) {
+        Acc acc = 0;
+        for (int64_t b = 0; b < nb; ++b) acc += part[i * nb + b];
+        po[i] = static_cast<T>(acc);
+      }
+      return;
+    }
 #pragma omp parallel for schedule(static) if (x.numel() >= cpu::kParallelGrain)
     for (int64_t i = 0; i < rows; ++i) {
       Acc acc = 0;
