@@ -35,7 +35,7 @@ thread_local Scratch t_apack, t_bshared, t_bprivate;
 
 namespace {
 
-thread_local Scratch t_apanel;  // one packed A panel per worker (row_split_a_streaming)
+thread_local Scratch t_apanel;  // packed A: one panel (row_split_a_streaming) or a row chunk (general), per worker
 
 /// Register tile: C[0:M, 0:32] (+)= Apanel[kc x 14 (first M used)] * Bpanel[kc x 32].
 template <int M>
@@ -217,12 +217,10 @@ void row_split_a_streaming(const Problem& P, int nt, int64_t kcb) {
 
 void general(const Problem& P, int nt) {
   const int64_t mp = (P.m + MR - 1) / MR, np = (P.n + NR - 1) / NR;
-  // A C too large for the caches (>= STREAM_BYTES) is read and written from memory once per K
-  // block: up to k = KC_BIG_C it takes one K block (lm_head's dW, C of 113 MB at k = 1024 tokens:
-  // x1.05-1.23 over two blocks of 512 in an in-process A/B, 1 and 2 threads, 2026-12-02; at
-  // k = 1024 a C that fits the caches ran 4-7% slower in one block, so the others keep KC_MAX).
-  const bool big_c = P.m * P.ldc * int64_t(sizeof(float)) >= STREAM_BYTES && P.k <= KC_BIG_C;
-  const int64_t nkb = big_c ? 1 : (P.k + KC_MAX - 1) / KC_MAX, kcb = (P.k + nkb - 1) / nkb;
+  // The K blocking depends on k alone, never on m: a row range of C then gets the bits of the
+  // whole product, which grouped_mm's row pieces rely on (one K block up to k = 1024 for a C of
+  // 16 MB or more ran lm_head's dW x1.05-1.23 faster but broke that, and was not kept).
+  const int64_t nkb = (P.k + KC_MAX - 1) / KC_MAX, kcb = (P.k + nkb - 1) / nkb;
   // Row split (each thread packs all of B and the A panels of the row chunks it takes, no
   // barrier; the duplicated B packing costs nt/(2m) of the FLOPs) when there are
   // enough row panels, except for very wide B (lm_head forward: measured faster split by

@@ -6,8 +6,7 @@
 // Goto/BLIS-style (K. Goto and R. van de Geijn, "Anatomy of High-Performance Matrix
 // Multiplication", ACM TOMS 34(3), 2008; F. Van Zee and R. van de Geijn, "BLIS", ACM TOMS
 // 41(3), 2015): K is cut into blocks of at most 640 (one block when K <= 640, so C is written
-// once, e.g. the lm_head product with K = 576; one block up to K = 1024 when C is 16 MB or more,
-// e.g. lm_head's dW); per K block A is packed into 14-row panels
+// once, e.g. the lm_head product with K = 576); per K block A is packed into 14-row panels
 // (row i of the panel at [p*14 + i]) and B into 32-column panels ([p*32 + j], zero padded) of
 // at most 2048 columns at a time; a 14x32 register tile (28 zmm accumulators, one broadcast
 // from A and two loads from B per k) does the FMAs. Loop nest per thread: 256-column B
@@ -40,10 +39,12 @@
 // within +-5% on the layer, square and weight-gradient shapes (no change made); a non-temporal
 // (NTA) B prefetch ran 0.47x on n = 1536 (B left the L2).
 //
-// Determinism: each C element is computed by one thread in a fixed order (an FMA chain over k
-// per K block, blocks added to C in order; in the dot path one chain per lane, then a fixed
-// horizontal sum), and the path and blocking depend only on the shape and layout, so results
-// are bitwise identical for any thread count.
+// Determinism: each C element is computed in a fixed order (an FMA chain over k per K block,
+// the blocks added to C in K order, possibly by different threads, handed over by the
+// TileQueue's release / acquire or a barrier; in the dot path one chain per lane, then a fixed
+// horizontal sum), and the path and blocking depend only on the shape and layout, the K
+// blocking on k alone, so results are bitwise identical for any thread count and a row range
+// of C computed alone has the bits of the whole product.
 #include <cstdint>
 
 namespace dtr::cpu {

@@ -11,9 +11,10 @@
 namespace dtr::cpu::sgemm_detail {
 
 /// Grow-only 64-byte aligned scratch (one per thread and role; reused across calls). Not counted
-/// by memory_stats(): the packed A of one K block (m x kc floats, kc <= 640; twice that in the
-/// column split; none when B fits the L2 and A panels are packed as used) on the calling
-/// thread, plus kc x 2048 floats of packed B per worker. get() throws dtr::Error when out of memory;
+/// by memory_stats(): per worker the packed B of a K block (kc x up to 2048 floats, kc <= 640)
+/// and the packed A of a row chunk (up to 8 x 14 x kc floats); in a column split the packed A
+/// of one K block (m x kc floats), on the calling thread for the AVX-512 kernel and per worker
+/// for the AVX2 one. get() throws dtr::Error when out of memory;
 /// get_in_parallel() is for OpenMP workers, where an exception cannot leave the region: it
 /// prints the same message and aborts.
 struct Scratch {

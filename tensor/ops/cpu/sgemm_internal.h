@@ -25,7 +25,6 @@ constexpr int NR = 32;             // columns of the register tile (two zmm of p
 // 32, 80 KB) streams past it, so both come from L2 (184 bytes per k, 14 cycles of FMAs); blocks of
 // 256-384 (A + B panel within L1) measured no faster (sgemm.h), and 640 keeps K = 576 in one block.
 constexpr int64_t KC_MAX = 640;
-constexpr int64_t KC_BIG_C = 1024;  // one K block up to this depth when C >= STREAM_BYTES
 constexpr int64_t NC_PANELS = 64;  // B columns packed at a time: 64 panels = 2048 columns
 constexpr int64_t NSUB_PANELS = 8; // B sub-block reused from L2 over all A panels: 256 columns
 constexpr int SKINNY_N = 16;       // n <= 16: one masked zmm of C per row

@@ -40,8 +40,9 @@ class Chunks {
 /// from one counter in K-block order (all tiles of block 0, then of block 1, ...). A tile takes
 /// block kb only after its block kb - 1 finished (wait_turn / finish), which keeps each C element's
 /// sum in K order without a barrier between blocks: a thread moves on to the next block's tiles
-/// while another finishes this block. No deadlock: the oldest item in flight never waits (its
-/// predecessor was handed out earlier, so it is finished).
+/// while another finishes this block. No deadlock, given that each thread finishes an item before
+/// it takes the next: the oldest item in flight never waits (its predecessor was handed out
+/// earlier, so it is finished).
 class TileQueue {
  public:
   TileQueue(int64_t blocks, int64_t tiles)
@@ -57,9 +58,15 @@ class TileQueue {
   }
   /// Waits until tile's K block kb - 1 is finished (its C writes visible to this thread).
   void wait_turn(int64_t kb, int64_t tile) {
-    for (int spins = 0; done_[tile].load(std::memory_order_acquire) < kb; ++spins) {
-      if (spins < 1024) _mm_pause();  // ~40 us (a pause is ~100 cycles), then yield the core
-      else sched_yield();
+    // Spin 1024 pauses (a few to ~60 us, by microarchitecture), then yield the core: on a loaded
+    // machine the thread being waited for may be descheduled.
+    for (int spins = 0; done_[tile].load(std::memory_order_acquire) < kb;) {
+      if (spins < 1024) {
+        _mm_pause();
+        ++spins;
+      } else {
+        sched_yield();
+      }
     }
   }
   /// Marks tile's K block kb finished.
