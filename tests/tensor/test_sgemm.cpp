@@ -169,6 +169,29 @@ TEST_CASE("sgemm on a layer-sized product, a C past the streaming threshold and 
   check_one(2000, 100, 1300, Layout::Col, Layout::Row, true, 0, g);
 }
 
+TEST_CASE("sgemm: a row range of C computed alone has the bits of the whole product", "[sgemm]") {
+  // grouped_mm computes a large group as row pieces whose cut depends on the thread count and
+  // relies on each piece getting the bits of the whole group's product: the path and K blocking
+  // must not depend on m. A C of 17 MB (non-temporal stores when whole, not in halves) at
+  // k = 700 (two K blocks) in lm_head's dW layout and in the row-major one, on 2 threads.
+  if (!dtr::cpu::sgemm_available()) {
+    WARN("this build has no AVX-512 SGEMM (f32 GEMM runs on Eigen): nothing to test");
+    return;
+  }
+  std::mt19937 g(29);
+  const int64_t m = 4160, n = 1024, k = 700;
+  for (const Layout la : {Layout::Col, Layout::Row}) {
+    INFO("A layout " << int(la));
+    const Operand A = make_operand(m, k, la, 0, g), B = make_operand(k, n, Layout::Row, 0, g);
+    std::vector<float> whole(static_cast<size_t>(m * n)), parts(whole.size());
+    sgemm(m, n, k, A.buf.data(), A.rs, A.cs, B.buf.data(), B.rs, B.cs, whole.data(), n, false);
+    for (const auto& [r0, r1] : {std::pair<int64_t, int64_t>{0, 1040}, {1040, 3120}, {3120, m}})
+      sgemm(r1 - r0, n, k, A.buf.data() + r0 * A.rs, A.rs, A.cs, B.buf.data(), B.rs, B.cs, parts.data() + r0 * n, n,
+            false);
+    CHECK(std::memcmp(whole.data(), parts.data(), whole.size() * sizeof(float)) == 0);
+  }
+}
+
 TEST_CASE("sgemm propagates NaN and Inf on every path", "[sgemm]") {
   if (!dtr::cpu::sgemm_available()) {
     WARN("this build has no AVX-512 SGEMM (f32 GEMM runs on Eigen): nothing to test");
