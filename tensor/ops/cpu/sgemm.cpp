@@ -35,7 +35,7 @@ thread_local Scratch t_apack, t_bshared, t_bprivate;
 
 namespace {
 
-thread_local Scratch t_apanel;  // packed A: one panel (row_split_a_streaming) or a row chunk (general), per worker
+thread_local Scratch t_apanel;  // packed A: one panel (row_split_a_streaming) or a row chunk (row_split_packed), per worker
 
 /// Register tile: C[0:M, 0:32] (+)= Apanel[kc x 14 (first M used)] * Bpanel[kc x 32].
 template <int M>
@@ -170,6 +170,30 @@ void compute(const Problem& P, int64_t kc, int64_t kcb, Put add, const float* ap
       panel_times(P, kc, add, ap + (ip - i0) * MR * kcb, ip, bp, jc, js, std::min(jn, js + NSUB_PANELS));
 }
 
+/// Packs B's column panels [jc, jc + jn) of the K block at pc (depth kc) into bp (panel jc + q at
+/// bp + q*NR*kc).
+void pack_b_panels(const Problem& P, int64_t pc, int64_t kc, int64_t jc, int64_t jn, float* bp) {
+  for (int64_t q = 0; q < jn; ++q) {
+    const int64_t col0 = (jc + q) * NR;
+    pack_b(P.B + col0 * P.b_cs + pc * P.b_rs, P.b_rs, P.b_cs, std::min<int64_t>(NR, P.n - col0), kc, bp + q * NR * kc);
+  }
+}
+
+/// Packs A's row panels [p0, p1) of the K block at pc (depth kc) into dst (panel p0 + r at
+/// dst + r*MR*kcb).
+void pack_a_panels(const Problem& P, int64_t pc, int64_t kc, int64_t kcb, int64_t p0, int64_t p1, float* dst) {
+  for (int64_t ip = p0; ip < p1; ++ip)
+    pack_a(P.A + ip * MR * P.a_rs + pc * P.a_cs, P.a_rs, P.a_cs, std::min<int64_t>(MR, P.m - ip * MR), kc,
+           dst + (ip - p0) * MR * kcb);
+}
+
+/// How the K block at pc reaches C: added after the first block or when accumulating; else
+/// non-temporal stores when C is written once (one K block) and is larger than STREAM_BYTES.
+Put put_mode(const Problem& P, int64_t pc, int64_t nkb) {
+  if (P.accumulate || pc > 0) return Put::Add;
+  return nkb == 1 && P.m * P.ldc * int64_t(sizeof(float)) >= STREAM_BYTES ? Put::Stream : Put::Store;
+}
+
 /// Bytes of packed B one core keeps in its L2 while A panels stream past: 3/4 of the L2
 /// (sysconf; 1 MiB assumed when unknown), the rest for the A panel, C tiles and the source of A.
 int64_t l2_b_bytes() {
@@ -187,29 +211,87 @@ int64_t l2_b_bytes() {
 /// A is read once from its source and never written back packed.
 void row_split_a_streaming(const Problem& P, int nt, int64_t kcb) {
   const int64_t mp = (P.m + MR - 1) / MR, np = (P.n + NR - 1) / NR, nkb = (P.k + kcb - 1) / kcb;
-  const bool stream = !P.accumulate && nkb == 1 && P.m * P.ldc * int64_t(sizeof(float)) >= STREAM_BYTES;
+  const bool stream = put_mode(P, 0, nkb) == Put::Stream;
   const int64_t chunk = std::max<int64_t>(1, 16 / np);  // >= 16 kernel calls per item
-  const int64_t tiles = (mp + chunk - 1) / chunk;
-  TileQueue queue(nkb, tiles);
+  TileQueue queue(nkb, (mp + chunk - 1) / chunk);
 #pragma omp parallel num_threads(nt) if (nt > 1)
   {
     float* bp = t_bprivate.get_in_parallel(static_cast<size_t>(kcb * np * NR));
     float* ap = t_apanel.get_in_parallel(static_cast<size_t>(kcb * MR));
     for (int64_t kb, tile, packed = -1; queue.take(kb, tile);) {
       const int64_t pc = kb * kcb, kc = std::min(kcb, P.k - pc);
-      const Put add = P.accumulate || pc > 0 ? Put::Add : stream ? Put::Stream : Put::Store;
       if (kb != packed) {
-        for (int64_t q = 0; q < np; ++q)
-          pack_b(P.B + q * NR * P.b_cs + pc * P.b_rs, P.b_rs, P.b_cs, std::min<int64_t>(NR, P.n - q * NR), kc,
-                 bp + q * NR * kc);
+        pack_b_panels(P, pc, kc, 0, np, bp);
         packed = kb;
       }
       queue.wait_turn(kb, tile);
       for (int64_t ip = tile * chunk; ip < std::min(mp, (tile + 1) * chunk); ++ip) {
-        pack_a(P.A + ip * MR * P.a_rs + pc * P.a_cs, P.a_rs, P.a_cs, std::min<int64_t>(MR, P.m - ip * MR), kc, ap);
-        panel_times(P, kc, add, ap, ip, bp, 0, 0, np);
+        pack_a_panels(P, pc, kc, kcb, ip, ip + 1, ap);
+        panel_times(P, kc, put_mode(P, pc, nkb), ap, ip, bp, 0, 0, np);
       }
       queue.finish(kb, tile);
+    }
+    if (stream) _mm_sfence();  // order this thread's non-temporal stores before the join
+  }
+}
+
+/// Row split with B too large for the L2: items (K block, column block of NC_PANELS, chunk of
+/// 1-8 row panels: about 8 per thread; B's 256-column sub-blocks stay in L2 over a chunk) from a
+/// TileQueue; a thread packs the B column block when its (K block, column block) changes, and
+/// the A panels of each chunk.
+void row_split_packed(const Problem& P, int nt, int64_t kcb) {
+  const int64_t mp = (P.m + MR - 1) / MR, np = (P.n + NR - 1) / NR, nkb = (P.k + kcb - 1) / kcb;
+  const int64_t ncb = (np + NC_PANELS - 1) / NC_PANELS, rchunk = std::clamp<int64_t>(mp / (8 * nt), 1, 8);
+  const int64_t rtiles = (mp + rchunk - 1) / rchunk;
+  const bool stream = put_mode(P, 0, nkb) == Put::Stream;
+  TileQueue queue(nkb, ncb * rtiles);
+#pragma omp parallel num_threads(nt) if (nt > 1)
+  {
+    float* bp = t_bprivate.get_in_parallel(static_cast<size_t>(kcb * std::min(NC_PANELS, np) * NR));
+    float* ap = t_apanel.get_in_parallel(static_cast<size_t>(rchunk * MR * kcb));
+    for (int64_t kb, tile, packed = -1; queue.take(kb, tile);) {
+      const int64_t pc = kb * kcb, kc = std::min(kcb, P.k - pc), cb = tile / rtiles;
+      const int64_t jc = cb * NC_PANELS, jn = std::min(NC_PANELS, np - jc);
+      const int64_t i0 = tile % rtiles * rchunk, i1 = std::min(mp, i0 + rchunk);
+      if (kb * ncb + cb != packed) {
+        pack_b_panels(P, pc, kc, jc, jn, bp);
+        packed = kb * ncb + cb;
+      }
+      pack_a_panels(P, pc, kc, kcb, i0, i1, ap);
+      queue.wait_turn(kb, tile);
+      compute(P, kc, kcb, put_mode(P, pc, nkb), ap, i0, i1, bp, jc, jn);
+      queue.finish(kb, tile);
+    }
+    if (stream) _mm_sfence();
+  }
+}
+
+/// Column split (few row panels, or a very wide B): per K block A packed by all threads into one
+/// buffer, then chunks of 1-8 column panels (about 4 per thread) from a counter, each thread
+/// packing the B panels of its chunks; two barriers per K block.
+void column_split(const Problem& P, int nt, int64_t kcb) {
+  const int64_t mp = (P.m + MR - 1) / MR, np = (P.n + NR - 1) / NR, nkb = (P.k + kcb - 1) / kcb;
+  const int64_t cchunk = std::clamp<int64_t>(np / (4 * nt), 1, NSUB_PANELS);
+  const bool stream = put_mode(P, 0, nkb) == Put::Stream;
+  Chunks chunks(nkb, np, cchunk);
+  float* ap = t_apack.get(static_cast<size_t>(mp * MR * kcb));
+#pragma omp parallel num_threads(nt) if (nt > 1)
+  {
+    const int T = omp_get_num_threads(), t = omp_get_thread_num();
+    float* bp = t_bprivate.get_in_parallel(static_cast<size_t>(kcb * cchunk * NR));
+    for (int64_t pc = 0, kb = 0; pc < P.k; pc += kcb, ++kb) {
+      const int64_t kc = std::min(kcb, P.k - pc);
+      const auto [p0, p1] = part(mp, T, t);
+      pack_a_panels(P, pc, kc, kcb, p0, p1, ap + p0 * MR * kcb);
+#pragma omp barrier
+      for (int64_t j0, j1; chunks.take(kb, j0, j1);) {
+        pack_b_panels(P, pc, kc, j0, j1 - j0, bp);
+        compute(P, kc, kcb, put_mode(P, pc, nkb), ap, 0, mp, bp, j0, j1 - j0);
+      }
+      // The next K block repacks A and adds to C tiles other threads may still use.
+      if (pc + kcb < P.k) {
+#pragma omp barrier
+      }
     }
     if (stream) _mm_sfence();
   }
@@ -222,77 +304,11 @@ void general(const Problem& P, int nt) {
   // 16 MB or more ran lm_head's dW x1.05-1.23 faster but broke that, and was not kept).
   const int64_t nkb = (P.k + KC_MAX - 1) / KC_MAX, kcb = (P.k + nkb - 1) / nkb;
   // Row split (each thread packs all of B and the A panels of the row chunks it takes, no
-  // barrier; the duplicated B packing costs nt/(2m) of the FLOPs) when there are
-  // enough row panels, except for very wide B (lm_head forward: measured faster split by
-  // columns). Column split: A packed by all threads into one buffer, then column chunks taken
-  // from the counter, each thread packing the B panels of its chunks; two barriers per K block.
-  const bool row_split = nt == 1 || (mp >= 4 * nt && P.n <= 8 * P.m);
-  if (row_split && np <= NC_PANELS && kcb * np * NR * int64_t(sizeof(float)) <= l2_b_bytes())
-    return row_split_a_streaming(P, nt, kcb);
-  // Non-temporal stores when C is written once (one K block) and is larger than STREAM_BYTES.
-  const bool stream = !P.accumulate && nkb == 1 && P.m * P.ldc * int64_t(sizeof(float)) >= STREAM_BYTES;
-  const int64_t ncb = (np + NC_PANELS - 1) / NC_PANELS;  // row split: column blocks of NC_PANELS
-  // Row split: items (K block, column block, chunk of 1-8 row panels: about 8 per thread; B's
-  // 256-column sub-blocks stay in L2 over a chunk) from a TileQueue; a thread packs the B column
-  // block when its (K block, column block) changes. Column split: chunks of 1-8 column panels
-  // (about 4 per thread) per K block, A packed by all threads first.
-  const int64_t rchunk = std::clamp<int64_t>(mp / (8 * nt), 1, 8), cchunk = std::clamp<int64_t>(np / (4 * nt), 1, NSUB_PANELS);
-  const int64_t rtiles = (mp + rchunk - 1) / rchunk;
-  TileQueue queue(nkb, ncb * rtiles);
-  Chunks chunks(nkb, np, cchunk);
-  float* ap_shared = row_split ? nullptr : t_apack.get(static_cast<size_t>(mp * MR * kcb));
-#pragma omp parallel num_threads(nt) if (nt > 1)
-  {
-    const int T = omp_get_num_threads(), t = omp_get_thread_num();
-    float* bp = t_bprivate.get_in_parallel(static_cast<size_t>(kcb * (row_split ? std::min(NC_PANELS, np) : cchunk) * NR));
-    float* ap = row_split ? t_apanel.get_in_parallel(static_cast<size_t>(rchunk * MR * kcb)) : ap_shared;
-    const auto pack_b_panels = [&](int64_t pc, int64_t kc, int64_t jc, int64_t jn) {
-      for (int64_t q = 0; q < jn; ++q) {
-        const int64_t col0 = (jc + q) * NR;
-        pack_b(P.B + col0 * P.b_cs + pc * P.b_rs, P.b_rs, P.b_cs, std::min<int64_t>(NR, P.n - col0), kc,
-               bp + q * NR * kc);
-      }
-    };
-    const auto pack_a_panels = [&](int64_t pc, int64_t kc, int64_t p0, int64_t p1, float* dst) {
-      for (int64_t ip = p0; ip < p1; ++ip)
-        pack_a(P.A + ip * MR * P.a_rs + pc * P.a_cs, P.a_rs, P.a_cs, std::min<int64_t>(MR, P.m - ip * MR), kc,
-               dst + (ip - p0) * MR * kcb);
-    };
-    const auto put_mode = [&](int64_t pc) {
-      return P.accumulate || pc > 0 ? Put::Add : stream ? Put::Stream : Put::Store;
-    };
-    if (row_split) {
-      for (int64_t kb, tile, packed = -1; queue.take(kb, tile);) {
-        const int64_t pc = kb * kcb, kc = std::min(kcb, P.k - pc), cb = tile / rtiles;
-        const int64_t jc = cb * NC_PANELS, jn = std::min(NC_PANELS, np - jc);
-        const int64_t i0 = tile % rtiles * rchunk, i1 = std::min(mp, i0 + rchunk);
-        if (kb * ncb + cb != packed) {
-          pack_b_panels(pc, kc, jc, jn);
-          packed = kb * ncb + cb;
-        }
-        pack_a_panels(pc, kc, i0, i1, ap);
-        queue.wait_turn(kb, tile);
-        compute(P, kc, kcb, put_mode(pc), ap, i0, i1, bp, jc, jn);
-        queue.finish(kb, tile);
-      }
-    } else {
-      for (int64_t pc = 0, kb = 0; pc < P.k; pc += kcb, ++kb) {
-        const int64_t kc = std::min(kcb, P.k - pc);
-        const auto [p0, p1] = part(mp, T, t);
-        pack_a_panels(pc, kc, p0, p1, ap + p0 * MR * kcb);
-#pragma omp barrier
-        for (int64_t j0, j1; chunks.take(kb, j0, j1);) {
-          pack_b_panels(pc, kc, j0, j1 - j0);
-          compute(P, kc, kcb, put_mode(pc), ap, 0, mp, bp, j0, j1 - j0);
-        }
-        // The next K block repacks A and adds to C tiles other threads may still use.
-        if (pc + kcb < P.k) {
-#pragma omp barrier
-        }
-      }
-    }
-    if (stream) _mm_sfence();  // order this thread's non-temporal stores before the join
-  }
+  // barrier; the duplicated B packing costs nt/(2m) of the FLOPs) when there are enough row
+  // panels, except for very wide B (lm_head forward: measured faster split by columns).
+  if (nt > 1 && (mp < 4 * nt || P.n > 8 * P.m)) return column_split(P, nt, kcb);
+  if (np <= NC_PANELS && kcb * np * NR * int64_t(sizeof(float)) <= l2_b_bytes()) return row_split_a_streaming(P, nt, kcb);
+  row_split_packed(P, nt, kcb);
 }
 
 }  // namespace
