@@ -15,22 +15,30 @@ namespace dtr::bench {
 void print_moe_profile(nn::MoE& moe, const std::function<void()>& step, int steps, double step_s,
                        double peak_gflops) {
   reset_op_profile();
+  double wall_s = 0;
   {
     OpProfilerScope prof;
+    const double t0 = now_s();
     for (int i = 0; i < steps; ++i) step();
+    wall_s = (now_s() - t0) / steps;
   }
+  // Shares of the profiled steps' own mean wall time (same window as the op times, so "outside
+  // any op" is what the step spends between dispatches, not the drift between two windows).
   const std::vector<OpProfileEntry> ops = op_profile();
-  std::printf("\nops of the step (wall time around each dispatch, per step; median step %.2f ms)\n", step_s * 1e3);
-  std::printf("  %-28s %9s %8s %7s\n", "op", "ms", "% step", "calls");
+  std::printf("\nops of the step (wall time around each dispatch, per step; profiled steps %.2f ms each, median "
+              "step %.2f ms)\n",
+              wall_s * 1e3, step_s * 1e3);
+  std::printf("  %-28s %9s %8s %7s %8s %7s\n", "op", "ms", "% step", "calls", "MB", "GB/s");
   double total = 0;
   for (const OpProfileEntry& e : ops) {
     const double ms = e.seconds / steps * 1e3;
     total += ms;
-    std::printf("  %-28s %9.2f %7.1f%% %7.1f\n", e.name.c_str(), ms, 100.0 * ms / (step_s * 1e3),
-                static_cast<double>(e.calls) / steps);
+    std::printf("  %-28s %9.2f %7.1f%% %7.1f %8.1f %7.1f\n", e.name.c_str(), ms, 100.0 * ms / (wall_s * 1e3),
+                static_cast<double>(e.calls) / steps, e.bytes / steps * 1e-6, e.seconds > 0 ? e.bytes / e.seconds * 1e-9 : 0.0);
   }
-  std::printf("  %-28s %9.2f %7.1f%%   (the rest: autograd engine, allocation, host routing)\n", "all ops", total,
-              100.0 * total / (step_s * 1e3));
+  std::printf("  %-28s %9.2f %7.1f%%\n", "all ops", total, 100.0 * total / (wall_s * 1e3));
+  std::printf("  %-28s %9.2f %7.1f%%   (autograd engine, allocation, host routing, module calls)\n",
+              "outside any op", wall_s * 1e3 - total, 100.0 - 100.0 * total / (wall_s * 1e3));
 
   // The six expert GEMMs of the step, alone, on the step's routing and the block's weights.
   NoGradGuard ng;
