@@ -1,6 +1,7 @@
 #pragma once
 // dtr-bench moe --profile 1: where the MoE layer step goes, op by op (the dispatcher's op
-// profiler over the timed steps: ms per step, share, calls) and each of the six expert GEMMs of
+// profiler over the timed steps: ms per step, share of those steps' own wall time, calls, MB moved
+// and GB/s, and the time outside any op) and each of the six expert GEMMs of
 // the step timed alone on the step's routing (forward gate_up and down, backward dX and dW of
 // each), with its GFLOP/s and share of the SGEMM peak.
 #include <functional>

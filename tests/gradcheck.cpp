@@ -1,5 +1,7 @@
 #include "gradcheck.h"
 
+#include <omp.h>
+
 #include <cmath>
 #include <sstream>
 
@@ -13,6 +15,22 @@ double max_abs_diff(const Tensor& a, const Tensor& b) {
   double m = 0;
   for (size_t i = 0; i < va.size(); ++i) m = std::max(m, std::abs(va[i] - vb[i]));
   return m;
+}
+
+std::string same_bits_on_threads(const std::function<std::vector<Tensor>()>& run, const std::vector<int>& threads) {
+  const int saved = omp_get_max_threads();
+  omp_set_num_threads(1);
+  const std::vector<Tensor> ref = run();
+  std::string err;
+  for (int t : threads) {
+    omp_set_num_threads(t);
+    const std::vector<Tensor> got = run();
+    for (size_t i = 0; i < ref.size() && err.empty(); ++i)
+      if (got.size() != ref.size() || !allclose(got[i], ref[i], 0, 0))
+        err = "output " + std::to_string(i) + " on " + std::to_string(t) + " threads differs from 1 thread's";
+  }
+  omp_set_num_threads(saved);
+  return err;
 }
 
 bool allclose(const Tensor& a, const Tensor& b, double rtol, double atol) {

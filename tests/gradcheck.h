@@ -31,4 +31,10 @@ double max_abs_diff(const Tensor& a, const Tensor& b);
 /// True when |a - b| <= atol + rtol * |b| elementwise.
 bool allclose(const Tensor& a, const Tensor& b, double rtol = 1e-5, double atol = 1e-8);
 
+/// Runs `run` on 1 OpenMP thread and on each count of `threads` (restoring the setting after):
+/// an empty string when every output is bit-equal to the 1-thread run's, else a message naming
+/// the thread count and the output.
+std::string same_bits_on_threads(const std::function<std::vector<Tensor>()>& run,
+                                 const std::vector<int>& threads = {2, 3});
+
 }  // namespace dtr::testing

@@ -3,7 +3,6 @@
 
 #include <algorithm>
 #include <cmath>
-#include <numeric>
 
 #include "tensor/autograd/checkpoint.h"
 #include "tensor/autograd/grad_mode.h"
@@ -26,40 +25,64 @@ Tensor index_tensor(const std::vector<int64_t>& v, Device device) {
 /// token copies sorted by expert and its inverse.
 struct MoERouting {
   std::vector<int64_t> score_index;  // [N*k]: t * E + e of slot t*k + j (into the flat scores)
-  std::vector<int64_t> sorted_token;  // [N*k]: token of sorted position p
   std::vector<int64_t> slot_position;  // [N*k]: sorted position of slot s
+  std::vector<int64_t> sorted_slot;    // [N*k]: slot of sorted position p (the inverse)
   Shape counts;                        // [E]
 };
 
 namespace {
 
+/// The top-k of each row of s [N, E] into r (score_index, counts): one pass over the row keeping
+/// the best k in descending order; a score enters only when strictly greater than the one it
+/// passes, so among equal scores the lower expert index comes first (the order of a stable sort
+/// by descending score).
+template <class T>
+void top_k_rows(const T* s, int64_t N, int64_t E, int64_t k, MoERouting& r) {
+  std::vector<T> best_v(k);
+  std::vector<int64_t> best_e(k);
+  for (int64_t t = 0; t < N; ++t) {
+    const T* row = s + t * E;
+    int64_t n = 0;
+    for (int64_t e = 0; e < E; ++e) {
+      const T v = row[e];
+      if (n == k && !(v > best_v[k - 1])) continue;
+      int64_t i = n < k ? n++ : k - 1;
+      for (; i > 0 && v > best_v[i - 1]; --i) {
+        best_v[i] = best_v[i - 1];
+        best_e[i] = best_e[i - 1];
+      }
+      best_v[i] = v;
+      best_e[i] = e;
+    }
+    for (int64_t j = 0; j < k; ++j) {
+      r.score_index[t * k + j] = t * E + best_e[j];
+      ++r.counts[best_e[j]];
+    }
+  }
+}
+
 MoERouting route_on_host(const Tensor& scores, int64_t k) {
   const int64_t N = scores.size(0), E = scores.size(1);
-  const std::vector<double> s = to_dtype(scores.detach().to(Device::cpu()), DType::f64).to_vector<double>();
+  Tensor s = scores.detach().to(Device::cpu());
+  if (s.dtype() != DType::f32 && s.dtype() != DType::f64) s = to_dtype(s, DType::f64);
+  s = s.contiguous();
   MoERouting r;
   r.score_index.resize(N * k);
   r.counts.assign(E, 0);
-  std::vector<int64_t> idx(E);
-  for (int64_t t = 0; t < N; ++t) {
-    const double* row = s.data() + t * E;
-    std::iota(idx.begin(), idx.end(), 0);
-    std::partial_sort(idx.begin(), idx.begin() + k, idx.end(),
-                      [row](int64_t a, int64_t b) { return row[a] > row[b] || (row[a] == row[b] && a < b); });
-    for (int64_t j = 0; j < k; ++j) {
-      r.score_index[t * k + j] = t * E + idx[j];
-      ++r.counts[idx[j]];
-    }
-  }
+  if (s.dtype() == DType::f32)
+    top_k_rows(static_cast<const float*>(s.data_ptr()), N, E, k, r);
+  else
+    top_k_rows(static_cast<const double*>(s.data_ptr()), N, E, k, r);
   // Stable counting sort of the slots by expert.
   std::vector<int64_t> next(E, 0);
   for (int64_t e = 1; e < E; ++e) next[e] = next[e - 1] + r.counts[e - 1];
-  r.sorted_token.resize(N * k);
   r.slot_position.resize(N * k);
+  r.sorted_slot.resize(N * k);
   for (int64_t slot = 0; slot < N * k; ++slot) {
     const int64_t e = r.score_index[slot] % E;
     const int64_t p = next[e]++;
-    r.sorted_token[p] = slot / k;
     r.slot_position[slot] = p;
+    r.sorted_slot[p] = slot;
   }
   return r;
 }
@@ -79,10 +102,12 @@ Tensor grouped_linear(const Tensor& x, const Shape& counts, const Tensor& w, con
   return add(y, mul(grouped_mm(grouped_mm(x, a.transpose(1, 2), counts), b.transpose(1, 2), counts), scale));
 }
 
-/// Experts' SwiGLU MLP on rows sorted by expert.
-Tensor expert_mlp(const Tensor& x, const Shape& counts, const ExpertWeights& w) {
+/// Experts' SwiGLU MLP on rows sorted by expert; row_weights (undefined: none) scale each row's
+/// hidden activations before the down projection.
+Tensor expert_mlp(const Tensor& x, const Shape& counts, const ExpertWeights& w, const Tensor& row_weights) {
   const Tensor gu = grouped_linear(x, counts, w.w1, w.a1, w.b1, w.scale);
-  return grouped_linear(swiglu(gu), counts, w.w2, w.a2, w.b2, w.scale);
+  return grouped_linear(row_weights.defined() ? swiglu_weighted(gu, row_weights) : swiglu(gu), counts, w.w2, w.a2, w.b2,
+                        w.scale);
 }
 
 }  // namespace
@@ -118,11 +143,18 @@ GroupedExperts::GroupedExperts(int64_t E, int64_t H, int64_t I, DType dtype, boo
 }
 
 std::vector<Tensor> GroupedExperts::forward_list(const std::vector<Tensor>& in) {
-  DTR_CHECK(in.size() == 2 && in[1].dtype() == DType::i64 && in[1].device().is_cpu() && in[1].dim() == 1,
-            "GroupedExperts: expected inputs {x [M, hidden], counts (int64 CPU [num_experts])}");
+  DTR_CHECK((in.size() == 2 || in.size() == 3) && in[1].dtype() == DType::i64 && in[1].device().is_cpu() &&
+                in[1].dim() == 1,
+            "GroupedExperts: expected inputs {x [M, hidden], counts (int64 CPU [num_experts])[, row_weights [M]]}");
   const Tensor& x = in[0];
   DTR_CHECK(x.dim() == 2 && x.size(1) == hidden_size, "GroupedExperts: x ", x.sizes(), " (expected [M, ", hidden_size,
             "])");
+  const Tensor row_weights = in.size() == 3 ? in[2] : Tensor();
+  DTR_CHECK(!row_weights.defined() || (row_weights.dim() == 1 && row_weights.size(0) == x.size(0)),
+            "GroupedExperts: row_weights ", row_weights.sizes(), " (expected [", x.size(0), "])");
+  DTR_CHECK(!row_weights.defined() || !dispatcher_,
+            "GroupedExperts: row_weights with a token dispatcher (expert parallelism) are not built; the MoE block ",
+            "applies the routing weights in the combine there");
   const Shape counts = in[1].contiguous().to_vector<int64_t>();
   DTR_CHECK(static_cast<int64_t>(counts.size()) == num_experts, "GroupedExperts: ", counts.size(),
             " counts for ", num_experts, " experts");
@@ -134,11 +166,11 @@ std::vector<Tensor> GroupedExperts::forward_list(const std::vector<Tensor>& in) 
     w.b2 = parameter("down_proj_lora_B");
     w.scale = lora_scale_;
   }
-  if (!dispatcher_) return {expert_mlp(x, counts, w)};
+  if (!dispatcher_) return {expert_mlp(x, counts, w, row_weights)};
   auto [xl, local_counts] = dispatcher_->dispatch(x, counts);
   for (Tensor* t : {&w.w1, &w.w2, &w.a1, &w.b1, &w.a2, &w.b2})
     if (t->defined()) *t = dispatcher_->local_experts(*t);
-  return {dispatcher_->combine(expert_mlp(xl, local_counts, w))};
+  return {dispatcher_->combine(expert_mlp(xl, local_counts, w, Tensor()))};
 }
 
 void GroupedExperts::enable_lora(const LoraOptions& o) {
@@ -202,7 +234,7 @@ Tensor MoE::forward(const Tensor& x) {
   const Tensor logits = linear(x2, gate()->weight());  // [N, E]
   const Tensor lf = is_low_precision(logits.dtype()) ? logits.to(DType::f32) : logits;
   const Tensor scores = c.score_func == "softmax" ? softmax(lf, -1) : sigmoid(lf);
-  if (!(checkpoint_recomputing() && routing_ && static_cast<int64_t>(routing_->sorted_token.size()) == N * k)) {
+  if (!(checkpoint_recomputing() && routing_ && static_cast<int64_t>(routing_->slot_position.size()) == N * k)) {
     routing_ = std::make_shared<const MoERouting>(route_on_host(scores, k));
     ++routings_;
   }
@@ -227,12 +259,22 @@ Tensor MoE::forward(const Tensor& x) {
   if (c.norm_topk_prob) w = div(w, sum(w, {1}, true));
   if (w.dtype() != x.dtype()) w = w.to(x.dtype());
 
-  // Token copies sorted by expert -> experts -> back to (token, slot) order, weighted sum.
+  // Token copies sorted by expert -> experts -> back to (token, slot) order, weighted sum. Without
+  // expert parallelism the weights scale the experts' hidden rows (swiglu_weighted(gate_up, weights), in
+  // sorted order) and the combine is a plain sum: its backward is a gather, with no read of the
+  // expert outputs for the weights' gradient (that comes out of the SwiGLU backward, which reads
+  // its rows anyway). A dispatcher moves only the token rows, so there the combine weights them.
   const Tensor slot_position = index_tensor(r.slot_position, x.device());
-  const Tensor xs = moe_permute(x2, index_tensor(r.sorted_token, x.device()), slot_position, k);
+  const Tensor xs = moe_permute(x2, slot_position, k);
   const Tensor counts = from_vector<int64_t>(r.counts, {E});
-  const Tensor ys = experts()->call_list({xs, counts}).at(0);
-  Tensor out = moe_unpermute(ys, slot_position, w);
+  Tensor out;
+  if (experts()->dispatcher()) {
+    out = moe_unpermute(experts()->call_list({xs, counts}).at(0), slot_position, w);
+  } else {
+    const Tensor ws =
+        reshape(embedding(index_tensor(r.sorted_slot, x.device()), reshape(w, {N * k, 1})), {N * k});  // [N*k]
+    out = moe_unpermute(experts()->call_list({xs, counts, ws}).at(0), slot_position, k);
+  }
 
   if (has_module("shared_expert")) {
     Tensor s = get_submodule("shared_expert")->call(x2);

@@ -10,9 +10,11 @@
 //   logits = x Wr^T [N, E]; scores = softmax(logits) or sigmoid(logits) (computed in f32 for
 //   bf16 / f16 inputs); top-k experts per token (ties: lower index first); weights = the top-k
 //   scores, renormalised to sum 1 when norm_topk_prob; token copies sorted by expert (stable, so
-//   by token within an expert: moe_permute); experts as two grouped_mm with SwiGLU between;
-//   each token's k outputs gathered back and summed with its weights (moe_unpermute, one op);
-//   + shared expert (times sigmoid(shared_expert_gate(x))).
+//   by token within an expert: moe_permute); experts as two grouped_mm with SwiGLU between, each
+//   copy's hidden row scaled by its weight (swiglu_weighted); each token's k outputs summed back
+//   (moe_unpermute). With expert parallelism (a TokenDispatcher) the weights are applied in the
+//   combine instead (the weighted moe_unpermute); + shared expert (times
+//   sigmoid(shared_expert_gate(x))).
 // Routing (top-k, sort, counts) runs on the host: the token counts per expert are needed there
 // anyway (grouped_mm sizes, all-to-all splits); a CUDA input pays one copy of the scores.
 // Expert parallelism plugs in through a TokenDispatcher (parallel/ provides one that moves tokens
@@ -80,7 +82,9 @@ class TopKRouter : public Module {
 
 /// The experts, stored grouped: gate_up_proj [E, 2I, H], down_proj [E, H, I]. call_list({x, counts})
 /// with x [M, H] sorted by expert and counts an int64 CPU tensor [E] (rows per expert) -> [M, H]:
-/// down(silu(gate(x)) * up(x)) per expert through grouped_mm. Called through call_list so that
+/// down(silu(gate(x)) * up(x)) per expert through grouped_mm; call_list({x, counts, row_weights})
+/// with row_weights [M] gives down(row_weights * silu(gate(x)) * up(x)) (no dispatcher: an error
+/// with one). Called through call_list so that
 /// FSDP's hooks run. With a dispatcher, x is first moved to the experts' ranks and back.
 /// init: U(-1/sqrt(fan_in), 1/sqrt(fan_in)) like nn.Linear; false: zeros.
 class GroupedExperts : public Module {

@@ -1,8 +1,9 @@
-// moe_permute / moe_unpermute (see moe_permute.h): the forward gather reuses the embedding
-// kernel; the ops "moe_permute_backward" {g, slot_position} attrs {k}, "moe_unpermute"
+// moe_permute / moe_unpermute (see moe_permute.h): the ops "moe_permute" {x, slot_position} and
+// "moe_permute_backward" {g, slot_position} (attrs {k}), "moe_unpermute"
 // {ys, slot_position, probs} and "moe_unpermute_backward" {g, ys, slot_position, probs} ->
 // {dys, dprobs} have CPU (ops/cpu/moe_permute_kernels.cpp) and CUDA (ops/cuda/moe_permute.cu)
-// kernels.
+// kernels. The unweighted moe_unpermute is the pair moe_permute / moe_permute_backward run the
+// other way round.
 #include "tensor/ops/moe_permute.h"
 
 #include "tensor/autograd/node.h"
@@ -19,12 +20,11 @@ void check_index(const Tensor& t, int64_t n, const char* op, const char* name) {
 
 }  // namespace
 
-Tensor moe_permute(const Tensor& x, const Tensor& sorted_token, const Tensor& slot_position, int64_t k) {
+Tensor moe_permute(const Tensor& x, const Tensor& slot_position, int64_t k) {
   DTR_CHECK(x.dim() == 2 && k > 0, "moe_permute: x ", x.sizes(), " (expected [N, H]) and k=", k, " (> 0)");
-  check_index(sorted_token, x.size(0) * k, "moe_permute", "sorted_token");
   check_index(slot_position, x.size(0) * k, "moe_permute", "slot_position");
-  static const OpDef* op = op_def("embedding");
-  Tensor out = dispatch1(OpCall{op, {sorted_token, x}, {}});
+  static const OpDef* op = op_def("moe_permute");
+  Tensor out = dispatch1(OpCall{op, {x, slot_position}, {k}});
   if (needs_grad({x}))
     record("moe_permute", {x}, out, [slot_position, k](const std::vector<Tensor>& g, const std::vector<bool>&) {
       static const OpDef* bw = op_def("moe_permute_backward");
@@ -50,6 +50,20 @@ Tensor moe_unpermute(const Tensor& ys, const Tensor& slot_position, const Tensor
                  dispatch(OpCall{bw, {g[0], sy.get("moe_unpermute"), slot_position, sp.get("moe_unpermute")}, {}});
              return std::vector<Tensor>{n[0] ? d[0] : Tensor(), n[1] ? d[1] : Tensor()};
            });
+  return out;
+}
+
+Tensor moe_unpermute(const Tensor& ys, const Tensor& slot_position, int64_t k) {
+  DTR_CHECK(ys.dim() == 2 && k > 0 && ys.size(0) % k == 0, "moe_unpermute: ys ", ys.sizes(), " and k=", k,
+            " (expected [N*k, H], k > 0)");
+  check_index(slot_position, ys.size(0), "moe_unpermute", "slot_position");
+  static const OpDef* op = op_def("moe_permute_backward");
+  Tensor out = dispatch1(OpCall{op, {ys, slot_position}, {k}});
+  if (needs_grad({ys}))
+    record("moe_unpermute", {ys}, out, [slot_position, k](const std::vector<Tensor>& g, const std::vector<bool>&) {
+      static const OpDef* bw = op_def("moe_permute");
+      return std::vector<Tensor>{dispatch1(OpCall{bw, {g[0], slot_position}, {k}})};
+    });
   return out;
 }
 

@@ -11,7 +11,9 @@
 // [..., 2I] gradient from one op, "swiglu_joined_backward" {g, gate_up} (no copies of the halves,
 // no cat). geglu(gate, up) = gelu_tanh(gate) * up is built the same way ("geglu",
 // "geglu_backward" {g, gate, up} -> {dgate, dup}): Gemma's MLP gating in two passes where
-// gelu, mul and their backwards (gelu_backward, two muls) took five.
+// gelu, mul and their backwards (gelu_backward, two muls) took five. swiglu_weighted(gate_up,
+// weights) is the joined form with each row scaled by its weight ("swiglu_weighted",
+// "swiglu_weighted_backward" {g, gate_up, weights} -> {d gate_up, d weights}).
 #include "tensor/autograd/node.h"
 #include "tensor/dispatch.h"
 #include "tensor/ops.h"
@@ -57,6 +59,29 @@ Tensor swiglu(const Tensor& gate_up) {
       static const OpDef* bw = op_def("swiglu_joined_backward");
       return std::vector<Tensor>{dispatch1(OpCall{bw, {g[0], sx.get("swiglu")}, {}})};
     });
+  }
+  return out;
+}
+
+Tensor swiglu_weighted(const Tensor& gate_up, const Tensor& weights) {
+  DTR_CHECK(gate_up.dim() >= 1 && gate_up.size(-1) > 0 && gate_up.size(-1) % 2 == 0, "swiglu_weighted: gate_up ",
+            gate_up.sizes(), " must have an even, non-zero last dim (gate half, then up half)");
+  DTR_CHECK(is_floating(gate_up.dtype()), "swiglu_weighted: gate_up must be floating, got ", gate_up.dtype());
+  DTR_CHECK(weights.dtype() == gate_up.dtype() && weights.dim() == gate_up.dim() - 1 &&
+                Shape(gate_up.sizes().begin(), gate_up.sizes().end() - 1) == weights.sizes(),
+            "swiglu_weighted: weights ", weights.sizes(), " ", weights.dtype(), " (expected gate_up ", gate_up.sizes(),
+            "'s leading dims, ", gate_up.dtype(), ")");
+  static const OpDef* op = op_def("swiglu_weighted");
+  Tensor out = dispatch1(OpCall{op, {gate_up, weights}, {}});
+  if (needs_grad({gate_up, weights})) {
+    record("swiglu_weighted", {gate_up, weights}, out,
+           [sx = SavedTensor(gate_up), sw = SavedTensor(weights)](const std::vector<Tensor>& g,
+                                                                   const std::vector<bool>& n) {
+             static const OpDef* bw = op_def("swiglu_weighted_backward");
+             std::vector<Tensor> d =
+                 dispatch(OpCall{bw, {g[0], sx.get("swiglu_weighted"), sw.get("swiglu_weighted")}, {}});
+             return std::vector<Tensor>{n[0] ? d[0] : Tensor(), n[1] ? d[1] : Tensor()};
+           });
   }
   return out;
 }

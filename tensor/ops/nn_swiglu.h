@@ -11,6 +11,15 @@ namespace dtr {
 /// two zero-filled narrow gradients summed. Errors: an odd or empty last dim, a non-floating dtype.
 Tensor swiglu(const Tensor& gate_up);
 
+/// weights[r] * swiglu(gate_up[r]): gate_up [..., 2I] as above, weights [...] (its leading dims,
+/// same dtype) -> [..., I]. The MoE experts' hidden rows scaled by their routing weight before
+/// the down projection, so that the combine is a plain sum of each token's k rows (Megatron-LM's
+/// weighted_bias_swiglu, torchtitan's fused_silu_gate_prob). Backward is one op,
+/// "swiglu_weighted_backward" {g, gate_up, weights} -> {d gate_up, d weights}:
+/// d gate_up = the swiglu gradient of weights[r] * g[r], d weights[r] = <g[r], swiglu(gate_up[r])>.
+/// Errors: an odd or empty last dim, weights of another shape or dtype, a non-floating dtype.
+Tensor swiglu_weighted(const Tensor& gate_up, const Tensor& weights);
+
 /// gelu(gate, approximate=tanh) * up, fused (Gemma's GeGLU MLP, HF gelu_pytorch_tanh): gate,
 /// up same shape, same floating dtype (no broadcasting). Computed as gate * sigmoid(2u),
 /// u = sqrt(2/pi) (gate + 0.044715 gate^3) (equal to 0.5 gate (1 + tanh(u))). Backward is one

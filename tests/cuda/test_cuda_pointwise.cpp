@@ -200,5 +200,13 @@ TEST_CASE("cuda swiglu and swiglu_backward match the CPU", "[cuda]") {
     // the joined form swiglu(gate_up) (MoE experts): forward on the halves, swiglu_joined_backward
     testing::check_cuda_matches_cpu([](const std::vector<Tensor>& in) { return std::vector<Tensor>{swiglu(in[0])}; },
                                     {leaf({5, 2, 66}, dt, -6.0, 6.0)}, tol(dt, true), tol(dt, true));
+    // the weighted joined form (rows scaled by the MoE routing weights; rows of 300 > one block's
+    // threads in the weight gradient's row sum)
+    testing::check_cuda_matches_cpu(
+        [](const std::vector<Tensor>& in) { return std::vector<Tensor>{swiglu_weighted(in[0], in[1])}; },
+        {leaf({5, 2, 66}, dt, -6.0, 6.0), leaf({5, 2}, dt)}, tol(dt, true), tol(dt, true));
+    testing::check_cuda_matches_cpu(
+        [](const std::vector<Tensor>& in) { return std::vector<Tensor>{swiglu_weighted(in[0], in[1])}; },
+        {leaf({9, 600}, dt, -6.0, 6.0), leaf({9}, dt)}, tol(dt, true), tol(dt, true));
   }
 }

@@ -135,6 +135,26 @@ TEST_CASE("MoE skewed routing: one expert takes every token, the others none", "
   CHECK(gradcheck(f, leaves(*m, x)) == "");
 }
 
+TEST_CASE("MoE routing ties: the lower expert index wins", "[moe]") {
+  manual_seed(26);
+  auto c = config(5, 3, true);
+  auto m = make_moe(c);
+  Tensor x = uniform({8, 6}, 0.1, 1, TensorOptions(DType::f64));
+  // All logits equal: experts 0, 1, 2 for every token.
+  m->set_parameter("gate.weight", zeros({5, 6}, TensorOptions(DType::f64)));
+  Tensor y = m->call(x);
+  CHECK(m->last_router_stats().tokens_per_expert == Shape{8, 8, 8, 0, 0});
+  CHECK(max_abs_diff(y, reference(*m, x)) < kF64Tol);
+  // Experts 1 and 3 tie at the top (equal router rows), 0, 2, 4 tie below them: 1, 3, then 0.
+  Tensor wr = zeros({5, 6}, TensorOptions(DType::f64));
+  wr.narrow(0, 1, 1).fill_(0.5);
+  wr.narrow(0, 3, 1).fill_(0.5);
+  m->set_parameter("gate.weight", wr);
+  y = m->call(x);
+  CHECK(m->last_router_stats().tokens_per_expert == Shape{8, 8, 0, 8, 0});
+  CHECK(max_abs_diff(y, reference(*m, x)) < kF64Tol);
+}
+
 TEST_CASE("MoE gradients match finite differences", "[moe][grad]") {
   manual_seed(23);
   for (const auto& c : {config(4, 2, true), config(5, 2, false, "sigmoid")}) {
@@ -226,6 +246,20 @@ TEST_CASE("MoE errors name the key", "[moe]") {
   auto m = make_moe(config());
   CHECK_THROWS_WITH(m->call(zeros({3, 5}, TensorOptions(DType::f64))), Catch::Contains("expected [..., 6]"));
   CHECK_THROWS_WITH(nn::load_balancing_loss({}), Catch::Contains("no router statistics"));
+  // GroupedExperts' row weights: [M], and not with a token dispatcher.
+  auto ex = m->experts();
+  const Tensor xs = zeros({4, 6}, TensorOptions(DType::f64)), counts = from_vector<int64_t>({1, 1, 1, 1}, {4});
+  CHECK_THROWS_WITH(ex->call_list({xs, counts, zeros({3}, TensorOptions(DType::f64))}),
+                    Catch::Contains("row_weights [3] (expected [4])"));
+  struct Identity : nn::TokenDispatcher {
+    std::pair<Tensor, Shape> dispatch(const Tensor& x, const Shape& c) override { return {x, c}; }
+    Tensor combine(const Tensor& y) override { return y; }
+    Tensor local_experts(const Tensor& w) override { return w; }
+  };
+  ex->set_dispatcher(std::make_shared<Identity>());
+  CHECK(ex->call_list({xs, counts}).at(0).sizes() == Shape{4, 6});
+  CHECK_THROWS_WITH(ex->call_list({xs, counts, zeros({4}, TensorOptions(DType::f64))}),
+                    Catch::Contains("row_weights with a token dispatcher"));
 }
 
 TEST_CASE("MoE under activation checkpointing keeps the forward's routing", "[moe][ac]") {

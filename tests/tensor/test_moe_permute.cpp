@@ -1,10 +1,10 @@
-// moe_permute / moe_unpermute (tensor/ops/moe_permute.h) in f64 against the composition they
-// replace (embedding gather, broadcast mul, sum over k; embedding_backward's scatter-add), with
+// moe_permute / moe_unpermute (tensor/ops/moe_permute.h; weighted and unweighted) in f64 against
+// the composition they replace (embedding gather, broadcast mul, sum over k; embedding_backward's
+// scatter-add), with
 // gradients by finite differences; f32 equal to the composition within rounding; a routing
 // where one expert takes most copies and others none; the kernels bit-equal on 1-3 threads; bad
 // slot positions.
 #include <catch2/catch.hpp>
-#include <omp.h>
 
 #include <limits>
 
@@ -40,6 +40,10 @@ Tensor unpermute_ref(const Tensor& ys, const Tensor& pos, const Tensor& probs) {
   const int64_t N = probs.size(0), k = probs.size(1), H = ys.size(1);
   return sum(mul(reshape(embedding(pos, ys), {N, k, H}), unsqueeze(probs, 2)), {1});
 }
+/// The unweighted moe_unpermute as a composition: gather to (token, slot) order, sum over k.
+Tensor unpermute_sum_ref(const Tensor& ys, const Tensor& pos, int64_t k) {
+  return sum(reshape(embedding(pos, ys), {ys.size(0) / k, k, ys.size(1)}), {1});
+}
 
 }  // namespace
 
@@ -51,12 +55,12 @@ TEST_CASE("moe_permute / moe_unpermute equal the gather + mul + sum composition 
   Tensor ys = uniform({N * k, H}, -1, 1, TensorOptions(DType::f64)).set_requires_grad(true);
   Tensor probs = uniform({N, k}, 0, 1, TensorOptions(DType::f64)).set_requires_grad(true);
 
-  CHECK(max_abs_diff(moe_permute(x, p.sorted_token, p.slot_position, k), embedding(p.sorted_token, x)) == 0);
+  CHECK(max_abs_diff(moe_permute(x, p.slot_position, k), embedding(p.sorted_token, x)) == 0);
   CHECK(max_abs_diff(moe_unpermute(ys, p.slot_position, probs), unpermute_ref(ys, p.slot_position, probs)) < 1e-15);
 
   // Gradients against the composition's and by finite differences.
   const Tensor w = uniform({N * k, H}, -1, 1, TensorOptions(DType::f64));
-  sum(mul(moe_permute(x, p.sorted_token, p.slot_position, k), w)).backward();
+  sum(mul(moe_permute(x, p.slot_position, k), w)).backward();
   const Tensor gx = x.grad();
   x.set_grad(Tensor());
   sum(mul(embedding(p.sorted_token, x), w)).backward();
@@ -70,10 +74,21 @@ TEST_CASE("moe_permute / moe_unpermute equal the gather + mul + sum composition 
   CHECK(max_abs_diff(gys, ys.grad()) < 1e-15);
   CHECK(max_abs_diff(gp, probs.grad()) < 1e-14);
 
-  CHECK(gradcheck([&](const std::vector<Tensor>& in) { return moe_permute(in[0], p.sorted_token, p.slot_position, k); },
+  CHECK(gradcheck([&](const std::vector<Tensor>& in) { return moe_permute(in[0], p.slot_position, k); },
                   {x.detach().set_requires_grad(true)}) == "");
   CHECK(gradcheck([&](const std::vector<Tensor>& in) { return moe_unpermute(in[0], p.slot_position, in[1]); },
                   {ys.detach().set_requires_grad(true), probs.detach().set_requires_grad(true)}) == "");
+
+  // The unweighted form: the transpose of moe_permute.
+  CHECK(max_abs_diff(moe_unpermute(ys, p.slot_position, k), unpermute_sum_ref(ys, p.slot_position, k)) < 1e-15);
+  ys.set_grad(Tensor());
+  sum(mul(moe_unpermute(ys, p.slot_position, k), w2)).backward();
+  const Tensor gys_sum = ys.grad();
+  ys.set_grad(Tensor());
+  sum(mul(unpermute_sum_ref(ys, p.slot_position, k), w2)).backward();
+  CHECK(max_abs_diff(gys_sum, ys.grad()) == 0);
+  CHECK(gradcheck([&](const std::vector<Tensor>& in) { return moe_unpermute(in[0], p.slot_position, k); },
+                  {ys.detach().set_requires_grad(true)}) == "");
 }
 
 TEST_CASE("moe_unpermute in f32 on a layer-sized routing equals the composition within rounding", "[moe]") {
@@ -105,22 +120,35 @@ TEST_CASE("moe_permute kernels on 2 and 3 threads bit-equal to 1 thread (dynamic
     out.push_back(y.grad());
     out.push_back(pr.grad());
     Tensor x = g.detach().clone().set_requires_grad(true);
-    loss = sum(mul(moe_permute(x, p.sorted_token, p.slot_position, k), gs));
+    loss = sum(mul(moe_permute(x, p.slot_position, k), gs));
     poison();
+    out.push_back(moe_permute(g, p.slot_position, k));
     loss.backward();
     out.push_back(x.grad());
+    Tensor y2 = ys.detach().clone().set_requires_grad(true);
+    poison();
+    loss = sum(mul(moe_unpermute(y2, p.slot_position, k), g));
+    out.push_back(loss.detach());
+    poison();
+    loss.backward();
+    out.push_back(y2.grad());
     return out;
   };
-  const int saved = omp_get_max_threads();
-  omp_set_num_threads(1);
-  const std::vector<Tensor> ref = run();
-  for (int t : {2, 3}) {
-    omp_set_num_threads(t);
-    INFO("threads " << t);
-    const std::vector<Tensor> got = run();
-    for (size_t i = 0; i < ref.size(); ++i) CHECK(dtr::testing::allclose(got[i], ref[i], 0, 0));
+  CHECK(dtr::testing::same_bits_on_threads(run) == "");
+}
+
+TEST_CASE("moe_permute of a layer-sized f32 input (non-temporal stores) equals the gather", "[moe]") {
+  // out [8400, 256] f32 = 8.6 MB: the streamed path; rows of 256 floats, and of 250 (rows not
+  // 64-byte aligned: plain head and tail stores around the streamed middle).
+  for (int64_t H : {256, 250}) {
+    INFO("H " << H);
+    const int64_t N = 2100, k = 4, E = 16;
+    const Perm p = make_perm(N, k, E, [](int64_t s) { return s % 7 == 0 ? 2 : (s * 5 + s / 4) % 16; });
+    const Tensor x = randn({N, H});
+    CHECK(max_abs_diff(moe_permute(x, p.slot_position, k), embedding(p.sorted_token, x)) == 0);
+    CHECK(dtr::testing::same_bits_on_threads([&] { return std::vector<Tensor>{moe_permute(x, p.slot_position, k)}; }) ==
+          "");
   }
-  omp_set_num_threads(saved);
 }
 
 TEST_CASE("moe_permute / moe_unpermute reject bad slot positions", "[moe]") {
@@ -129,8 +157,11 @@ TEST_CASE("moe_permute / moe_unpermute reject bad slot positions", "[moe]") {
                     Catch::Contains("expected a permutation"));
   CHECK_THROWS_WITH(moe_unpermute(ys, from_vector<int64_t>({0, 1, 2, 4}, {4}), probs), Catch::Contains("out of range"));
   CHECK_THROWS_WITH(moe_unpermute(ys, from_vector<int64_t>({0, 1, 2}, {3}), probs), Catch::Contains("slot_position"));
-  CHECK_THROWS_WITH(moe_permute(randn({2, 3}), from_vector<int64_t>({0, 1}, {2}), from_vector<int64_t>({0, 1}, {2}), 2),
-                    Catch::Contains("sorted_token"));
+  CHECK_THROWS_WITH(moe_permute(randn({2, 3}), from_vector<int64_t>({0, 1}, {2}), 2), Catch::Contains("slot_position"));
+  CHECK_THROWS_WITH(moe_permute(randn({2, 3}), from_vector<int64_t>({0, 1, 3, 3}, {4}), 2),
+                    Catch::Contains("expected a permutation"));
+  CHECK_THROWS_WITH(moe_unpermute(ys, from_vector<int64_t>({0, 1, 2, 2}, {4}), 2), Catch::Contains("expected a permutation"));
+  CHECK_THROWS_WITH(moe_unpermute(randn({3, 3}), from_vector<int64_t>({0, 1, 2}, {3}), 2), Catch::Contains("k=2"));
 }
 
 TEST_CASE("moe_unpermute rejects probs with no expert per token", "[moe]") {

@@ -1,7 +1,8 @@
 // swiglu(gate, up) = silu(gate) * up: forward against the silu/mul composition (f64, f32,
 // bf16, strided inputs), backward against finite differences and the composition's gradients,
 // large |gate| without NaN/Inf, errors on mismatched shapes / dtypes; the joined form
-// swiglu(gate_up) against its halves.
+// swiglu(gate_up) against its halves; the weighted joined form swiglu_weighted(gate_up, w)
+// against swiglu(gate_up) * w (f64, f32, gradients, bit-equal on 1-3 threads).
 #include <catch2/catch.hpp>
 #include <cmath>
 
@@ -125,6 +126,61 @@ TEST_CASE("swiglu(gate_up) equals swiglu of its halves, gradient as one tensor",
   CHECK(max_abs_diff(swiglu(x3), swiglu(x3.narrow(2, 0, 17).contiguous(), x3.narrow(2, 17, 17).contiguous())) == 0.0);
   CHECK_THROWS_WITH(swiglu(zeros({2, 3})), Catch::Contains("swiglu: gate_up [2, 3]") && Catch::Contains("even"));
   CHECK_THROWS_WITH(swiglu(zeros({2, 4}, TensorOptions(DType::i64))), Catch::Contains("floating"));
+}
+
+TEST_CASE("swiglu_weighted(gate_up, w) equals swiglu(gate_up) * w, gradients included", "[swiglu][grad]") {
+  manual_seed(16);
+  auto composed_w = [](const Tensor& x, const Tensor& w) { return mul(swiglu(x), unsqueeze(w, -1)); };
+  CHECK(gradcheck([](const std::vector<Tensor>& v) { return swiglu_weighted(v[0], v[1]); },
+                  {leaf({3, 8}), leaf({3}, 0, 1)}) == "");
+  CHECK(gradcheck([](const std::vector<Tensor>& v) { return swiglu_weighted(v[0], v[1]); },
+                  {leaf({2, 3, 38}, -8, 8), leaf({2, 3}, -1, 1)}) == "");
+  for (DType dt : {DType::f64, DType::f32}) {
+    INFO(dt);
+    // rows of 500: packet tails in every row (the weight gradient's zero-padded lanes)
+    const Tensor x0 = uniform({70, 1000}, -6, 6, TensorOptions(dt)), w0 = uniform({70}, 0, 1, TensorOptions(dt));
+    const Tensor g = normal({70, 500}, 0.0, 1.0, TensorOptions(dt));
+    Tensor x1 = x0.clone().set_requires_grad(true), w1 = w0.clone().set_requires_grad(true);
+    Tensor x2 = x0.clone().set_requires_grad(true), w2 = w0.clone().set_requires_grad(true);
+    const Tensor y1 = swiglu_weighted(x1, w1), y2 = composed_w(x2, w2);
+    const double tol = dt == DType::f64 ? kF64Tol : kF32Tol;
+    CHECK(max_abs_diff(y1, y2) < tol);
+    sum(mul(y1, g)).backward();
+    sum(mul(y2, g)).backward();
+    CHECK(max_abs_diff(x1.grad(), x2.grad()) < tol);
+    CHECK(max_abs_diff(w1.grad(), w2.grad()) < 500 * tol);  // a sum of 500 products ~10
+  }
+  // Bit-equal on 1, 2 and 3 threads (rows handed out dynamically; each row's sum in one order).
+  const Tensor x = uniform({600, 512}, -6, 6), w = uniform({600}, 0, 1), g = randn({600, 256});
+  auto run = [&] {
+    Tensor xl = x.clone().set_requires_grad(true), wl = w.clone().set_requires_grad(true);
+    const Tensor y = swiglu_weighted(xl, wl);
+    sum(mul(y, g)).backward();
+    return std::vector<Tensor>{y.detach(), xl.grad(), wl.grad()};
+  };
+  CHECK(dtr::testing::same_bits_on_threads(run) == "");
+  // A layer-sized call (rows handed out dynamically over many blocks): the same bits as the rows
+  // computed alone.
+  {
+    const int64_t R = 8200, I = 256;  // out [8200, 256] f32 = 8.4 MB, d gate_up 16.8 MB
+    const Tensor xb = uniform({R, 2 * I}, -6, 6), wb = uniform({R}, 0, 1), gb = randn({R, I});
+    Tensor xl = xb.clone().set_requires_grad(true), wl = wb.clone().set_requires_grad(true);
+    const Tensor y = swiglu_weighted(xl, wl);
+    sum(mul(y, gb)).backward();
+    for (int64_t r0 : {int64_t(0), int64_t(4001), R - 37}) {
+      INFO("rows from " << r0);
+      Tensor xs = xb.narrow(0, r0, 37).clone().set_requires_grad(true), ws = wb.narrow(0, r0, 37).clone().set_requires_grad(true);
+      const Tensor ys = swiglu_weighted(xs, ws);
+      sum(mul(ys, gb.narrow(0, r0, 37))).backward();
+      CHECK(max_abs_diff(ys, y.narrow(0, r0, 37)) == 0.0);
+      CHECK(max_abs_diff(xs.grad(), xl.grad().narrow(0, r0, 37)) == 0.0);
+      CHECK(max_abs_diff(ws.grad(), wl.grad().narrow(0, r0, 37)) == 0.0);
+    }
+  }
+  CHECK_THROWS_WITH(swiglu_weighted(zeros({2, 4}), zeros({3})), Catch::Contains("swiglu_weighted: weights [3]"));
+  CHECK_THROWS_WITH(swiglu_weighted(zeros({2, 4}), zeros({2}, TensorOptions(DType::f64))),
+                    Catch::Contains("float64"));
+  CHECK_THROWS_WITH(swiglu_weighted(zeros({2, 3}), zeros({2})), Catch::Contains("even"));
 }
 
 TEST_CASE("swiglu at large |gate| stays finite", "[swiglu]") {

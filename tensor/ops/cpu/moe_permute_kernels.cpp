@@ -1,5 +1,5 @@
-// CPU kernels of moe_permute_backward, moe_unpermute and moe_unpermute_backward (see
-// ops/moe_permute.h): OpenMP over tokens, each token's k rows in order j = 0..k-1, so results do
+// CPU kernels of moe_permute, moe_permute_backward, moe_unpermute and moe_unpermute_backward
+// (see ops/moe_permute.h): OpenMP over tokens, each token's k rows in order j = 0..k-1, so results do
 // not depend on the thread count; every output element is written once (no zero fill, no
 // atomics: slot_position is a permutation, so each sorted row belongs to exactly one slot). The
 // threads take chunks of kChunkTokens tokens in turn (schedule dynamic), so a thread slowed by
@@ -10,6 +10,7 @@
 #include "tensor/dispatch.h"
 #include "tensor/ops.h"
 #include "tensor/ops/cpu/loops.h"
+#include "tensor/ops/cpu/stream_store.h"
 
 namespace dtr {
 namespace {
@@ -30,6 +31,40 @@ std::vector<int64_t> positions(const Tensor& pos, int64_t rows, const char* op) 
     seen[v[i]] = 1;
   }
   return v;
+}
+
+/// x [N, H], slot_position [N*k], attrs {k} -> [N*k, H]: row pos[t*k + j] = x[t]. Token-major
+/// (each x row read once, its k copies written to their sorted rows), where a gather in sorted
+/// order (embedding) sweeps the whole of x once per expert; an f32 output of
+/// kStreamOutputBytes or more is written with non-temporal stores (cpu/stream_store.h).
+std::vector<Tensor> k_moe_permute(const OpCall& c) {
+  const Tensor x = contig(c.inputs[0]);
+  const int64_t k = c.i(0), N = x.size(0), H = x.size(1), M = N * k;
+  DTR_CHECK(x.dim() == 2, "moe_permute: x ", x.sizes(), " (expected [N, H])");
+  const std::vector<int64_t> pos = positions(c.inputs[1], M, "moe_permute");
+  Tensor out = empty({M, H}, TensorOptions(x.dtype()));
+  const bool stream = static_cast<int64_t>(out.nbytes()) >= cpu::kStreamOutputBytes;
+  cpu::dispatch_floating(x.dtype(), "moe_permute", [&](auto tag) {
+    using T = decltype(tag);
+    const T* px = static_cast<const T*>(x.data_ptr());
+    T* po = static_cast<T*>(out.data_ptr());
+#pragma omp parallel if (M * H >= cpu::kParallelGrain)
+    {
+#pragma omp for schedule(dynamic, kChunkTokens) nowait
+      for (int64_t t = 0; t < N; ++t) {
+        const T* r = px + t * H;
+        for (int64_t j = 0; j < k; ++j) {
+          T* o = po + pos[t * k + j] * H;
+          if constexpr (std::is_same_v<T, float>)
+            cpu::copy_floats(o, r, H, stream);
+          else
+            std::copy(r, r + H, o);
+        }
+      }
+      if (stream) cpu::stream_fence();
+    }
+  });
+  return {out};
 }
 
 /// g [N*k, H], slot_position [N*k], attrs {k} -> dx [N, H]: dx[t] = sum_j g[pos[t*k + j]].
@@ -123,6 +158,7 @@ std::vector<Tensor> k_moe_unpermute_backward(const OpCall& c) {
   return {dys, dprobs};
 }
 
+DTR_REGISTER_KERNEL("moe_permute", DeviceType::CPU, k_moe_permute);
 DTR_REGISTER_KERNEL("moe_permute_backward", DeviceType::CPU, k_moe_permute_backward);
 DTR_REGISTER_KERNEL("moe_unpermute", DeviceType::CPU, k_moe_unpermute);
 DTR_REGISTER_KERNEL("moe_unpermute_backward", DeviceType::CPU, k_moe_unpermute_backward);

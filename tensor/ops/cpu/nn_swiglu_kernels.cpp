@@ -1,10 +1,14 @@
 // CPU kernels of the fused GLU gatings act(gate) * up: swiglu (act = silu) and geglu (act =
 // gelu, tanh approximation), each with its backward {g, gate, up} -> {dgate, dup}, and
 // swiglu_joined_backward {g, gate_up} -> d gate_up (the joined [.., 2I] form of the MoE experts),
-// each one pass over its inputs. swiglu / geglu read inputs made of contiguous rows (the two
+// and the weighted joined form swiglu_weighted {gate_up, w} -> w[r] * swiglu(gate_up[r]) with its
+// backward {g, gate_up, w} -> {d gate_up, dw} (the MoE routing weights applied to the experts'
+// hidden rows), each one pass over its inputs. swiglu / geglu read inputs made of contiguous rows (the two
 // halves of a joined gate_up) in place, row by row; other strided inputs are made contiguous
 // first; contiguous arrays are processed in blocks of kBlock elements, OpenMP-parallel over
-// blocks (rows: blocks of rows).
+// blocks (rows: blocks of rows), handed out dynamically (a thread slowed by another process
+// takes fewer blocks instead of making the others wait at the join; every element's result is
+// independent of which thread computes it).
 // f32 runs Eigen's packet math (cpu/vec.h; the same exp as the silu / silu_backward kernels in
 // pointwise_kernels.cpp), one register pass per packet, the tail padded to a full packet so
 // every element takes the same path wherever a block (or a shard) ends; f64 the scalar std::
@@ -45,7 +49,7 @@ void check_inputs(const OpCall& c) {
 template <class F>
 void for_blocks(int64_t n, F f) {
   const int64_t nb = (n + kBlock - 1) / kBlock;
-#pragma omp parallel for schedule(static) if (n >= cpu::kParallelGrain)
+#pragma omp parallel for schedule(dynamic) if (n >= cpu::kParallelGrain)
   for (int64_t b = 0; b < nb; ++b) f(b * kBlock, std::min(kBlock, n - b * kBlock));
 }
 
@@ -185,7 +189,7 @@ int64_t row_stride(const Tensor& t) {
 template <class F>
 void for_row_blocks(int64_t R, int64_t C, F f) {
   const int64_t per = std::max<int64_t>(1, kBlock / std::max<int64_t>(C, 1)), nb = (R + per - 1) / per;
-#pragma omp parallel for schedule(static) if (R * C >= cpu::kParallelGrain)
+#pragma omp parallel for schedule(dynamic) if (R * C >= cpu::kParallelGrain)
   for (int64_t b = 0; b < nb; ++b) f(b * per, std::min(R, (b + 1) * per));
 }
 
@@ -264,11 +268,116 @@ std::vector<Tensor> k_swiglu_joined_backward(const OpCall& c) {
   return {d};
 }
 
+/// The rows of gate_up [R, 2I] (gate half, then up half) and w [R] of a weighted swiglu call,
+/// checked (I > 0); gate_up and w contiguous, I, R.
+struct WeightedRows {
+  Tensor gu, w;
+  int64_t I, R;
+};
+WeightedRows weighted_rows(const Tensor& gate_up, const Tensor& w, const char* op) {
+  const int64_t d = gate_up.dim();
+  DTR_CHECK(d >= 1 && gate_up.size(-1) > 0 && gate_up.size(-1) % 2 == 0 && w.dtype() == gate_up.dtype() && w.dim() == d - 1 &&
+                Shape(gate_up.sizes().begin(), gate_up.sizes().end() - 1) == w.sizes(),
+            op, ": gate_up ", gate_up.sizes(), " ", gate_up.dtype(), " and weights ", w.sizes(), " ", w.dtype(),
+            " (expected [.., 2I], I > 0, and its leading dims, one dtype)");
+  const int64_t I = gate_up.size(-1) / 2;
+  return {contig(gate_up), contig(w), I, gate_up.numel() / (2 * I)};
+}
+
+/// {gate_up [.., 2I], w [..]} -> w * silu(gate) * up [.., I] (row r scaled by w[r]).
+std::vector<Tensor> k_swiglu_weighted(const OpCall& c) {
+  const WeightedRows in = weighted_rows(c.inputs[0], c.inputs[1], "swiglu_weighted");
+  Shape os = in.gu.sizes();
+  os.back() = in.I;
+  Tensor out = empty(os, TensorOptions(in.gu.dtype()));
+  const int64_t I = in.I;
+  cpu::dispatch_floating(in.gu.dtype(), "swiglu_weighted", [&](auto tag) {
+    using T = decltype(tag);
+    const T* px = static_cast<const T*>(in.gu.data_ptr());
+    const T* pw = static_cast<const T*>(in.w.data_ptr());
+    T* po = static_cast<T*>(out.data_ptr());
+    for_row_blocks(in.R, 2 * I, [&](int64_t r0, int64_t r1) {
+      for (int64_t r = r0; r < r1; ++r) {
+        const T* x = px + r * 2 * I;
+        T* o = po + r * I;
+        if constexpr (std::is_same_v<T, float>) {
+          using namespace Eigen::internal;
+          using P = cpu::vec::detail::Packet;
+          const P wv = pset1<P>(pw[r]);
+          packet_loop<2, 1>({x, x + I}, {o}, 0, I, [&](const auto& i, const auto& q) {
+            pstoreu(q[0], pmul(pmul(Silu::act_packet(ploadu<P>(i[0])), ploadu<P>(i[1])), wv));
+          });
+        } else {
+          for (int64_t j = 0; j < I; ++j) o[j] = Silu::act(x[j]) * x[I + j] * pw[r];
+        }
+      }
+    });
+  });
+  return {out};
+}
+
+/// {g [.., I], gate_up [.., 2I], w [..]} -> {d gate_up [.., 2I], dw [..]}: with gw = g * w[r],
+/// dgate = gw * up * silu'(gate), dup = gw * silu(gate) (the swiglu gradient of gw), and
+/// dw[r] = sum_j g[r, j] * silu(gate[r, j]) * up[r, j] (one row's sum in a fixed lane order).
+std::vector<Tensor> k_swiglu_weighted_backward(const OpCall& c) {
+  const WeightedRows in = weighted_rows(c.inputs[1], c.inputs[2], "swiglu_weighted_backward");
+  const Tensor g = contig(c.inputs[0]);
+  const int64_t I = in.I;
+  DTR_CHECK(g.dtype() == in.gu.dtype() && g.numel() == in.R * I && g.dim() == in.gu.dim() && g.size(-1) == I,
+            "swiglu_weighted_backward: gradient ", g.sizes(), " (expected [.., ", I, "])");
+  Tensor d = empty(in.gu.sizes(), TensorOptions(in.gu.dtype())), dw = empty(in.w.sizes(), TensorOptions(in.w.dtype()));
+  cpu::dispatch_floating(g.dtype(), "swiglu_weighted_backward", [&](auto tag) {
+    using T = decltype(tag);
+    const T* pg = static_cast<const T*>(g.data_ptr());
+    const T* px = static_cast<const T*>(in.gu.data_ptr());
+    const T* pw = static_cast<const T*>(in.w.data_ptr());
+    T* pd = static_cast<T*>(d.data_ptr());
+    T* pdw = static_cast<T*>(dw.data_ptr());
+    for_row_blocks(in.R, 2 * I, [&](int64_t r0, int64_t r1) {
+      for (int64_t r = r0; r < r1; ++r) {
+        const T* gr = pg + r * I;
+        const T* x = px + r * 2 * I;
+        T* dr = pd + r * 2 * I;
+        if constexpr (std::is_same_v<T, float>) {
+          using namespace Eigen::internal;
+          using P = cpu::vec::detail::Packet;
+          const P wv = pset1<P>(pw[r]);
+          P acc = pset1<P>(0.0f);
+          // Tail lanes are zero-padded: g = 0 there adds nothing to the sum.
+          packet_loop<3, 2>({gr, x, x + I}, {dr, dr + I}, 0, I, [&](const auto& i, const auto& o) {
+            const P gv = ploadu<P>(i[0]), u = ploadu<P>(i[2]), gw = pmul(gv, wv);
+            P a, da;
+            Silu::grad_packet(ploadu<P>(i[1]), a, da);
+            pstoreu(o[1], pmul(gw, a));
+            pstoreu(o[0], pmul(pmul(gw, u), da));
+            acc = padd(acc, pmul(gv, pmul(a, u)));
+          });
+          pdw[r] = predux(acc);
+        } else {
+          T acc = 0;
+          for (int64_t j = 0; j < I; ++j) {
+            T a, da;
+            Silu::grad(x[j], a, da);
+            const T gw = gr[j] * pw[r];
+            dr[I + j] = gw * a;
+            dr[j] = gw * x[I + j] * da;
+            acc += gr[j] * (a * x[I + j]);
+          }
+          pdw[r] = acc;
+        }
+      }
+    });
+  });
+  return {d, dw};
+}
+
 DTR_REGISTER_KERNEL("swiglu", DeviceType::CPU, k_glu<Silu>);
 DTR_REGISTER_KERNEL("swiglu_backward", DeviceType::CPU, k_glu_backward<Silu>);
 DTR_REGISTER_KERNEL("geglu", DeviceType::CPU, k_glu<GeluTanh>);
 DTR_REGISTER_KERNEL("geglu_backward", DeviceType::CPU, k_glu_backward<GeluTanh>);
 DTR_REGISTER_KERNEL("swiglu_joined_backward", DeviceType::CPU, k_swiglu_joined_backward);
+DTR_REGISTER_KERNEL("swiglu_weighted", DeviceType::CPU, k_swiglu_weighted);
+DTR_REGISTER_KERNEL("swiglu_weighted_backward", DeviceType::CPU, k_swiglu_weighted_backward);
 
 }  // namespace
 }  // namespace dtr

@@ -1,4 +1,4 @@
-// CUDA kernels of moe_permute_backward, moe_unpermute and moe_unpermute_backward, same semantics
+// CUDA kernels of moe_permute, moe_permute_backward, moe_unpermute and moe_unpermute_backward, same semantics
 // and summation order (j = 0..k-1 per token, f32 accumulation for bf16 / f16) as
 // ops/cpu/moe_permute_kernels.cpp: one block per token, threads over the hidden dim.
 // slot_position is range-checked (check_indices, one synchronisation); dys is zeroed first, so a
@@ -11,6 +11,15 @@
 
 namespace dtr::cuda_ops {
 namespace {
+
+template <class T>
+__global__ void permute_kernel(const T* x, const int64_t* pos, T* out, int64_t k, int64_t H) {
+  const int64_t t = blockIdx.x;
+  for (int64_t h = threadIdx.x; h < H; h += blockDim.x) {
+    const T v = x[t * H + h];
+    for (int64_t j = 0; j < k; ++j) out[pos[t * k + j] * H + h] = v;
+  }
+}
 
 template <class T>
 __global__ void permute_backward_kernel(const T* g, const int64_t* pos, T* dx, int64_t k, int64_t H) {
@@ -51,6 +60,23 @@ __global__ void unpermute_backward_kernel(const T* g, const T* ys, const int64_t
 }
 
 int threads_for(int64_t H) { return H >= kThreads ? kThreads : static_cast<int>(((H + 31) / 32) * 32); }
+
+std::vector<Tensor> k_moe_permute(const OpCall& c) {
+  const int64_t k = c.i(0), N = c.inputs[0].size(0), H = c.inputs[0].size(1), M = N * k;
+  Tensor out = cuda_empty({M, H}, c.inputs[0].dtype(), c.inputs[0]);
+  if (out.numel() == 0) return {out};
+  DeviceGuard guard(out.device());
+  const Tensor x = cuda_contiguous(c.inputs[0]), pos = cuda_contiguous(c.inputs[1]);
+  check_indices(pos, M, INT64_MIN, "moe_permute", "slot_position");
+  dispatch_floating(x.dtype(), "moe_permute", [&](auto tag) {
+    using T = decltype(tag);
+    permute_kernel<T><<<static_cast<unsigned>(N), threads_for(H), 0, cuda::current_stream()>>>(
+        static_cast<const T*>(x.data_ptr()), static_cast<const int64_t*>(pos.data_ptr()),
+        static_cast<T*>(out.data_ptr()), k, H);
+  });
+  DTR_CUDA_CHECK_LAUNCH();
+  return {out};
+}
 
 std::vector<Tensor> k_moe_permute_backward(const OpCall& c) {
   const int64_t k = c.i(0), M = c.inputs[0].size(0), H = c.inputs[0].size(1), N = M / k;
@@ -109,6 +135,7 @@ std::vector<Tensor> k_moe_unpermute_backward(const OpCall& c) {
   return {dys, dprobs};
 }
 
+DTR_REGISTER_KERNEL("moe_permute", DeviceType::CUDA, k_moe_permute);
 DTR_REGISTER_KERNEL("moe_permute_backward", DeviceType::CUDA, k_moe_permute_backward);
 DTR_REGISTER_KERNEL("moe_unpermute", DeviceType::CUDA, k_moe_unpermute);
 DTR_REGISTER_KERNEL("moe_unpermute_backward", DeviceType::CUDA, k_moe_unpermute_backward);

@@ -1,6 +1,7 @@
 // CUDA kernels of the fused GLU gatings act(gate) * up: swiglu (silu) and geglu (gelu, tanh
 // approximation), their backwards {g, gate, up} -> {dgate, dup}, and swiglu_joined_backward
-// {g, gate_up} -> d gate_up (halves of the last dim), same formulas and operation order as
+// {g, gate_up} -> d gate_up (halves of the last dim), swiglu_weighted {gate_up, w} and its backward
+// {g, gate_up, w} -> {d gate_up, dw} (rows scaled by w; dw one block per row), same formulas and operation order as
 // ops/cpu/nn_swiglu_kernels.cpp. Inputs are made contiguous; one thread per element
 // (grid-stride). bf16 / f16 compute in f32 and round once.
 //   silu: s = 1 / (1 + exp(-x));  act = x * s;  act' = s * (x * (1 - s) + 1)
@@ -69,6 +70,36 @@ __global__ void swiglu_joined_backward_kernel(int64_t n, int64_t I, const T* g, 
     d[x0 + I] = store<T>(gv * a);
     d[x0] = store<T>(gv * u * da);
   }
+}
+
+/// The weighted joined form: element i of out [R, I] = w[r] * silu(gate) * up of row r.
+template <class T>
+__global__ void swiglu_weighted_kernel(int64_t n, int64_t I, const T* gu, const T* w, T* out) {
+  using A = acc_t<T>;
+  DTR_GRID_STRIDE_LOOP(i, n) {
+    const int64_t r = i / I, c = i % I, x0 = r * 2 * I + c;
+    out[i] = store<T>(Silu::act(load(gu[x0])) * load(gu[x0 + I]) * load(w[r]));
+  }
+}
+
+/// Its gradient, one block per row r: d gate_up of g * w[r], dw[r] = sum_c g * silu(gate) * up.
+template <class T>
+__global__ void swiglu_weighted_backward_kernel(int64_t I, const T* g, const T* gu, const T* w, T* d, T* dw) {
+  using A = acc_t<T>;
+  const int64_t r = blockIdx.x;
+  const A wr = load(w[r]);
+  A dot = 0;
+  for (int64_t c = threadIdx.x; c < I; c += blockDim.x) {
+    const int64_t x0 = r * 2 * I + c;
+    const A gv = load(g[r * I + c]), u = load(gu[x0 + I]), gw = gv * wr;
+    A a, da;
+    Silu::grad(load(gu[x0]), a, da);
+    d[x0 + I] = store<T>(gw * a);
+    d[x0] = store<T>(gw * u * da);
+    dot += gv * (a * u);
+  }
+  dot = block_sum(dot);
+  if (threadIdx.x == 0) dw[r] = store<T>(dot);
 }
 
 void check_inputs(const OpCall& c) {
@@ -143,7 +174,60 @@ std::vector<Tensor> k_swiglu_joined_backward(const OpCall& c) {
   return {d};
 }
 
+/// gate_up [.., 2I] and w [..] of a weighted call, checked: returns I.
+int64_t weighted_inputs(const Tensor& gu, const Tensor& w, const char* op) {
+  const int64_t d = gu.dim();
+  DTR_CHECK(d >= 1 && gu.size(-1) > 0 && gu.size(-1) % 2 == 0 && is_floating(gu.dtype()) && w.dtype() == gu.dtype() &&
+                w.dim() == d - 1 && Shape(gu.sizes().begin(), gu.sizes().end() - 1) == w.sizes(),
+            op, ": gate_up ", gu.sizes(), " ", gu.dtype(), " and weights ", w.sizes(), " ", w.dtype(),
+            " (expected [.., 2I], I > 0, and its leading dims, one floating dtype)");
+  return gu.size(-1) / 2;
+}
+
+/// {gate_up [.., 2I], w [..]} -> w * silu(gate) * up [.., I].
+std::vector<Tensor> k_swiglu_weighted(const OpCall& c) {
+  const int64_t I = weighted_inputs(c.inputs[0], c.inputs[1], "swiglu_weighted");
+  Shape os = c.inputs[0].sizes();
+  os.back() = I;
+  Tensor out = cuda_empty(os, c.inputs[0].dtype(), c.inputs[0]);
+  const int64_t n = out.numel();
+  if (n == 0) return {out};
+  DeviceGuard guard(out.device());
+  const Tensor gu = cuda_contiguous(c.inputs[0]), w = cuda_contiguous(c.inputs[1]);
+  dispatch_floating(gu.dtype(), "swiglu_weighted", [&](auto tag) {
+    using T = decltype(tag);
+    swiglu_weighted_kernel<T><<<blocks_for(n), kThreads, 0, cuda::current_stream()>>>(
+        n, I, static_cast<const T*>(gu.data_ptr()), static_cast<const T*>(w.data_ptr()), static_cast<T*>(out.data_ptr()));
+  });
+  DTR_CUDA_CHECK_LAUNCH();
+  return {out};
+}
+
+/// {g [.., I], gate_up [.., 2I], w [..]} -> {d gate_up, dw}.
+std::vector<Tensor> k_swiglu_weighted_backward(const OpCall& c) {
+  const int64_t I = weighted_inputs(c.inputs[1], c.inputs[2], "swiglu_weighted_backward");
+  const Tensor& g0 = c.inputs[0];
+  const int64_t R = c.inputs[2].numel();
+  DTR_CHECK(g0.dtype() == c.inputs[1].dtype() && g0.numel() == R * I && g0.dim() == c.inputs[1].dim() &&
+                g0.size(-1) == I,
+            "swiglu_weighted_backward: gradient ", g0.sizes(), " (expected [.., ", I, "])");
+  Tensor d = cuda_empty(c.inputs[1].sizes(), g0.dtype(), g0), dw = cuda_empty(c.inputs[2].sizes(), g0.dtype(), g0);
+  if (R == 0) return {d, dw};
+  DeviceGuard guard(g0.device());
+  const Tensor g = cuda_contiguous(g0), gu = cuda_contiguous(c.inputs[1]), w = cuda_contiguous(c.inputs[2]);
+  dispatch_floating(g.dtype(), "swiglu_weighted_backward", [&](auto tag) {
+    using T = decltype(tag);
+    swiglu_weighted_backward_kernel<T><<<static_cast<unsigned>(R), threads_for_row(I), 0, cuda::current_stream()>>>(
+        I, static_cast<const T*>(g.data_ptr()), static_cast<const T*>(gu.data_ptr()),
+        static_cast<const T*>(w.data_ptr()), static_cast<T*>(d.data_ptr()), static_cast<T*>(dw.data_ptr()));
+  });
+  DTR_CUDA_CHECK_LAUNCH();
+  return {d, dw};
+}
+
 DTR_REGISTER_KERNEL("swiglu", DeviceType::CUDA, k_glu<Silu>);
+DTR_REGISTER_KERNEL("swiglu_weighted", DeviceType::CUDA, k_swiglu_weighted);
+DTR_REGISTER_KERNEL("swiglu_weighted_backward", DeviceType::CUDA, k_swiglu_weighted_backward);
 DTR_REGISTER_KERNEL("geglu", DeviceType::CUDA, k_glu<GeluTanh>);
 DTR_REGISTER_KERNEL("geglu_backward", DeviceType::CUDA, k_glu_backward<GeluTanh>);
 DTR_REGISTER_KERNEL("swiglu_joined_backward", DeviceType::CUDA, k_swiglu_joined_backward);
