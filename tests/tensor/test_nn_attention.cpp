@@ -91,13 +91,19 @@ TEST_CASE("sdpa matches the naive reference", "[attention]") {
 }
 
 TEST_CASE("sdpa f32 kernels (dtr's GEMM per block) match the f64 naive reference", "[attention]") {
-  // The f32 path runs its block products through cpu::gemm (f64 through Eigen): q / k / v as
+  // The f32 path runs its block products through its own AVX-512 tiles (nn_attention_block_gemm.h;
+  // cpu::gemm without AVX-512, f64 through Eigen): q / k / v as
   // [B, T, H, D] views transposed to [B, H, T, D] (the model's layout: row stride H * D), GQA,
   // partial query and key blocks, causal / full / sliding window.
   manual_seed(31);
   struct Case { int64_t B, Hq, Hkv, T, S, D; bool causal; int64_t window; };
+  // Also the blocks' causal bounds (row tiles whose keys end inside a block, key tiles seen by
+  // only some rows): D = 64 over several key blocks (forward 256, backward 128 keys), T > S
+  // (queries without keys), a window with T != S.
   for (const Case& c : {Case{2, 6, 2, 70, 70, 16, true, 0}, Case{1, 4, 4, 130, 130, 8, false, 0},
-                        Case{1, 3, 1, 100, 150, 12, true, 0}, Case{1, 2, 1, 90, 90, 8, true, 40}}) {
+                        Case{1, 3, 1, 100, 150, 12, true, 0}, Case{1, 2, 1, 90, 90, 8, true, 40},
+                        Case{1, 4, 2, 300, 300, 64, true, 0}, Case{1, 2, 1, 150, 100, 64, true, 0},
+                        Case{1, 2, 2, 200, 260, 16, true, 50}}) {
     INFO("T=" << c.T << " S=" << c.S << " causal=" << c.causal << " window=" << c.window);
     auto view32 = [](int64_t B, int64_t H, int64_t L, int64_t D) { return randn({B, L, H, D}).transpose(1, 2); };
     Tensor q = view32(c.B, c.Hq, c.T, c.D).detach(), k = view32(c.B, c.Hkv, c.S, c.D).detach();

@@ -1,12 +1,22 @@
 // CPU kernels of sdpa (Flash-attention forward with online softmax) and sdpa_backward
 // (Flash-attention 2 backward), blocks of 64 queries (per head of a GQA group) x 256 keys
-// (forward) / 128 keys (backward), block products through cpu::gemm (f32: dtr's SGEMM; f64:
-// Eigen). f32 blocks take exp through Eigen's vectorised packet math; f64 keeps the scalar std::exp.
+// (forward) / 128 keys (backward). f32 on AVX-512: the block products run on register tiles that
+// read the cache-resident blocks in place (nn_attention_block_gemm.h: dtr's SGEMM packed both
+// operands of every block product, ~15-25% of its time there), with the elementwise steps in the
+// tiles' epilogues (forward: mask + running column max; backward: P = exp(s - lse) with the mask,
+// dS = P (dP - di)) and the causal mask's zero tiles skipped (no FMAs for the masked half of the
+// diagonal blocks; the k terms skipped are exact zeros, so the sums are unchanged). Other f32
+// builds: cpu::gemm (dtr's AVX2 SGEMM or Eigen) and separate passes; f64: Eigen and scalar
+// std::exp. f32 exp through Eigen's vectorised packet math (cpu/vec.h).
 // Masks (see Mask): causal with a diagonal offset, sliding window, document ids; a score block the
 // mask hides entirely (past the diagonal, before the window, or without a document in common:
 // the min / max document ids of its rows and keys do not overlap) is skipped.
-// GQA: the query blocks of the heads that share a kv head are stacked (stack_queries), so each
-// block product runs once per kv head with group x 64 rows and packs each K / V block once.
+// GQA: the query blocks of the heads that share a kv head are stacked query-major (stack_rows:
+// row r * group + g is query r of head g, so the rows a causal key sees are one contiguous
+// range), so each block product runs once per kv head with group x 64 rows. The forward computes
+// the scores transposed (sT = k q^T: each query's running max / sum is a lane of the column-wise
+// passes, P^T is read in place as the A of P v); the backward reads k and v as k^T / v^T
+// (transposed_heads, once per call) so that every B operand has unit stride.
 // Forward work items: (batch, kv head, query block), in parallel; with fewer than
 // kMinForwardItems of them, fewer heads per item (a divisor of the group).
 // Backward work items: (batch, kv head[, query chunk]), in parallel; each owns the dq rows of
@@ -36,6 +46,7 @@
 #include "tensor/ops.h"
 #include "tensor/ops/cpu/gemm.h"
 #include "tensor/ops/cpu/layout.h"
+#include "tensor/ops/cpu/nn_attention_block_gemm.h"
 #include "tensor/ops/cpu/loops.h"
 #include "tensor/ops/cpu/vec.h"
 
@@ -62,6 +73,11 @@ using MMap = Eigen::Map<Mat<T>, 0, Eigen::OuterStride<>>;
 template <class T>
 void block_mm(int64_t m, int64_t n, int64_t k, const T* A, int64_t a_rs, int64_t a_cs, const T* B, int64_t b_rs,
               int64_t b_cs, T* C, bool acc) {
+#if defined(__AVX512F__)
+  if constexpr (std::is_same_v<T, float>) {
+    if (b_cs == 1) return cpu::attention::block_gemm(m, n, k, A, a_rs, a_cs, B, b_rs, C, n, acc);
+  }
+#endif
   cpu::gemm<T>(m, n, k, A, a_rs, a_cs, B, b_rs, b_cs, C, acc);
 }
 
@@ -127,39 +143,145 @@ BlockMask block_mask(const Mask& mk, int64_t b, int64_t i0, int64_t rows, int64_
   return partial ? BlockMask::partial : BlockMask::none;
 }
 
-/// Sets masked entries of the score block of batch row b (`rows` queries from i0 x `cols` keys
-/// from j0, row-major with row stride cols) to -inf: keys j > i + off (causal), with a sliding
-/// window keys j <= i + off - window (a query sees itself and the window - 1 keys before it), and
-/// keys of another document.
+/// Keys [lo, hi) of the key block [j0, j0 + nb) that query i may see under the causal and window
+/// parts of the mask: j <= i + off (causal) and j > i + off - window (sliding window: a query
+/// sees itself and the window - 1 keys before it). Documents are checked per key (doc_visible).
+void visible_keys_of_query(const Mask& mk, int64_t i, int64_t j0, int64_t nb, int64_t& lo, int64_t& hi) {
+  lo = 0;
+  hi = nb;
+  if (mk.causal) hi = std::clamp<int64_t>(i + mk.off + 1 - j0, 0, nb);
+  if (mk.window > 0) lo = std::clamp<int64_t>(i + mk.off - mk.window + 1 - j0, 0, nb);
+}
+
+/// Stacked rows [lo, hi) of `rows` (row c: query i0 + c / heads) that key j may be seen from
+/// under the causal and window parts of the mask (the same rule as visible_keys_of_query).
+void visible_rows_of_key(const Mask& mk, int64_t j, int64_t i0, int64_t heads, int64_t rows, int64_t& lo,
+                         int64_t& hi) {
+  lo = 0;
+  hi = rows;
+  if (mk.causal) lo = std::clamp<int64_t>((j - mk.off - i0) * heads, 0, rows);
+  if (mk.window > 0) hi = std::clamp<int64_t>((j - mk.off + mk.window - i0) * heads, 0, rows);
+}
+
+/// dst[j * ld + i] = row(i)[j] * sc for i in [0, rows), j in [0, cols): the transpose of rows at
+/// row(i) (unit stride). f32 moves blocks of one packet's lanes squared through registers (Eigen's
+/// ptranspose), the edges and f64 element by element.
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wignored-attributes"  // PacketBlock<__m512>: the vector type's attributes
+template <class T, class Row>
+void transpose_rows(Row row, int64_t rows, int64_t cols, T sc, T* dst, int64_t ld) {
+  int64_t i0 = 0;
+  if constexpr (std::is_same_v<T, float>) {
+    using namespace Eigen::internal;
+    using cpu::vec::detail::Packet;
+    constexpr int64_t L = cpu::vec::detail::kLanes;
+    const Packet ps = pset1<Packet>(sc);
+    const int64_t cfull = cols / L * L;
+    for (; i0 + L <= rows; i0 += L) {
+      const float* src[L];
+      for (int64_t u = 0; u < L; ++u) src[u] = row(i0 + u);
+      for (int64_t j0 = 0; j0 < cfull; j0 += L) {
+        PacketBlock<Packet, L> blk;
+        for (int64_t u = 0; u < L; ++u) blk.packet[u] = pmul(ploadu<Packet>(src[u] + j0), ps);
+        ptranspose(blk);
+        for (int64_t u = 0; u < L; ++u) pstoreu(dst + (j0 + u) * ld + i0, blk.packet[u]);
+      }
+      for (int64_t j = cfull; j < cols; ++j)
+        for (int64_t u = 0; u < L; ++u) dst[j * ld + i0 + u] = src[u][j] * sc;
+    }
+  }
+  for (int64_t i = i0; i < rows; ++i) {
+    const T* x = row(i);
+    for (int64_t j = 0; j < cols; ++j) dst[j * ld + i] = x[j] * sc;
+  }
+}
+#pragma GCC diagnostic pop
+
+/// The query block [i0, i0 + n) of query heads h0 .. h0 + heads - 1 (sharing one kv head), batch
+/// row b, times `sc`, stacked query-major: row c = r * heads + g is query i0 + r of head h0 + g
+/// (so the rows a causal key sees are a contiguous range, and the block products share each K /
+/// V block: one GEMM with heads * n rows). Written to `rm` [heads * n, D] row-major and / or to
+/// `tr` [D, heads * n] (its transpose, which the GEMM packs without transposing) when not null.
 template <class T>
-void apply_mask(T* sp, int64_t rows, int64_t cols, const Mask& mk, int64_t b, int64_t i0, int64_t j0) {
-  const T ninf = -std::numeric_limits<T>::infinity();
-  MMap<T> s(sp, rows, cols, Eigen::OuterStride<>(cols));
-  for (int64_t r = 0; r < rows; ++r) {
-    const int64_t last = i0 + r + mk.off;  // last visible key of this row
-    if (mk.causal)
-      for (int64_t cidx = std::max<int64_t>(0, last - j0 + 1); cidx < cols; ++cidx) s(r, cidx) = ninf;
-    if (mk.window > 0)
-      for (int64_t cidx = 0; cidx < std::min<int64_t>(cols, last - mk.window - j0 + 1); ++cidx) s(r, cidx) = ninf;
-    if (mk.q_doc) {
-      const int64_t d = mk.q_doc[b * mk.T + i0 + r];
-      const int64_t* kd = mk.k_doc + b * mk.S + j0;
-      for (int64_t cidx = 0; cidx < cols; ++cidx)
-        if (kd[cidx] != d) s(r, cidx) = ninf;
+void stack_rows(const Heads<const T>& X, int64_t b, int64_t h0, int64_t heads, int64_t i0, int64_t n, int64_t D,
+                T sc, T* rm, T* tr) {
+  const int64_t rows = heads * n;
+  auto row = [&](int64_t c) { return X.at(b, h0 + c % heads, i0 + c / heads); };
+  if (rm)
+    for (int64_t c = 0; c < rows; ++c) {
+      const T* x = row(c);
+      for (int64_t d = 0; d < D; ++d) rm[c * D + d] = x[d] * sc;
+    }
+  if (tr) transpose_rows<T>(row, rows, D, sc, tr, rows);
+}
+
+/// out[c] = exp(x[c] - shift[c]) and sum[c] += out[c] for c in [0, n) (out may equal x): f32
+/// through cpu::vec's packet exp (results below FLT_MIN are 0), f64 with std::exp.
+template <class T>
+void exp_sub_accumulate(const T* x, const T* shift, T* out, T* sum, int64_t n) {
+  if constexpr (std::is_same_v<T, float>) {
+    using namespace Eigen::internal;
+    using cpu::vec::detail::Packet;
+    constexpr int64_t L = cpu::vec::detail::kLanes;
+    int64_t c = 0;
+    for (; c + L <= n; c += L) {
+      const Packet y = cpu::vec::detail::exp_packet(ploadu<Packet>(x + c), ploadu<Packet>(shift + c));
+      pstoreu(out + c, y);
+      pstoreu(sum + c, padd(ploadu<Packet>(sum + c), y));
+    }
+    if (c < n) {
+      const int64_t t = n - c;
+      alignas(64) float y[L];
+      pstore(y, cpu::vec::detail::exp_packet(cpu::vec::detail::load_tail(x + c, t, 0.0f),
+                                             cpu::vec::detail::load_tail(shift + c, t, 0.0f)));
+      for (int64_t u = 0; u < t; ++u) {
+        out[c + u] = y[u];
+        sum[c + u] += y[u];
+      }
+    }
+  } else {
+    for (int64_t c = 0; c < n; ++c) {
+      out[c] = std::exp(x[c] - shift[c]);
+      sum[c] += out[c];
     }
   }
 }
 
-/// Loads the query blocks [i0, i0 + n) of query heads h0 .. h0 + heads - 1 (sharing one kv
-/// head), batch row b, scaled by `sc`, stacked head-major into `qs` [heads * n, D]: row g * n + r
-/// is query i0 + r of head h0 + g. Their block products then share each K / V block (one GEMM
-/// with heads * n rows instead of `heads` GEMMs that pack the same K / V block again).
+/// x[j] = exp(x[j] - shift) for j in [0, n) (f32: cpu::vec::exp_shift; f64: std::exp).
 template <class T>
-void stack_queries(Mat<T>& qs, const Heads<const T>& Q, int64_t b, int64_t h0, int64_t heads, int64_t i0, int64_t n,
-                   int64_t D, T sc) {
-  qs.resize(heads * n, D);
-  for (int64_t g = 0; g < heads; ++g)
-    qs.middleRows(g * n, n) = CMap<T>(Q.at(b, h0 + g, i0), n, D, Eigen::OuterStride<>(Q.sl)) * sc;
+void exp_shift_inplace(T* x, T shift, int64_t n) {
+  if constexpr (std::is_same_v<T, float>) {
+    cpu::vec::exp_shift(x, shift, 1.0f, x, n);
+  } else {
+    for (int64_t j = 0; j < n; ++j) x[j] = std::exp(x[j] - shift);
+  }
+}
+
+/// Per-thread buffer reused by the work items of one parallel loop (grown, never shrunk).
+template <class T>
+struct Buffer {
+  std::vector<T> v;
+  T* get(int64_t n) {
+    if (static_cast<int64_t>(v.size()) < n) v.resize(static_cast<size_t>(n));
+    return v.data();
+  }
+};
+
+/// Row stride of transposed_heads' rows: S + 16, so that the rows of a block (a 32-key strip read
+/// over D rows) do not all fall into the same L1 sets when S * 4 bytes is a multiple of 4 KB.
+int64_t transposed_ld(int64_t S) { return S + 16; }
+
+/// k^T of every (batch row, head) of a [B, H, S, D] tensor: [B * H, D, transposed_ld(S)], so that
+/// each block product reads k (and v) with unit stride along the keys for every query block.
+template <class T>
+Tensor transposed_heads(const Heads<const T>& X, int64_t B, int64_t H, int64_t S, int64_t D, DType dt) {
+  const int64_t ld = transposed_ld(S);
+  Tensor t = empty({B * H, D, ld}, TensorOptions(dt));
+  T* p = static_cast<T*>(t.data_ptr());
+#pragma omp parallel for schedule(static) if (B * H > 1 && B * H * S * D >= cpu::kParallelGrain)
+  for (int64_t bh = 0; bh < B * H; ++bh)
+    transpose_rows<T>([&](int64_t j) { return X.at(bh / H, bh % H, j); }, S, D, T(1), p + bh * D * ld, ld);
+  return t;
 }
 
 /// Forward work items below which fewer query heads are stacked per item (each item then takes
@@ -209,17 +331,157 @@ std::vector<int64_t> largest_first(int64_t items, F&& cost) {
   return order;
 }
 
-/// The stacked score block s [heads * n, nb] = qs k^T for the keys [j0, j0 + nb) (kb: the first
-/// key's row, row stride ks), masked per head when the block is partial.
+#if defined(__AVX512F__)
+/// f32 epilogue of the forward's sT = k q^T block (row jj: key j0 + jj, column c: stacked query
+/// row c): the causal / window mask (-inf outside the rows [lo, hi) of each key, visible_rows_of_key)
+/// and the running column max mb[c] = max(mb[c], sT[jj, c]), so neither needs its own pass.
+struct MaskMaxEpilogue {
+  static constexpr bool kActive = true;
+  const int32_t* lo;  // per key row of the block (masked only when `masked`)
+  const int32_t* hi;
+  float* mb;
+  bool masked;
+  __m512 operator()(__m512 v, int64_t jj, int64_t c, const float*, __mmask16 mk) const {
+    if (masked) {
+      const __m512i cols = _mm512_add_epi32(_mm512_set1_epi32(static_cast<int32_t>(c)),
+                                            _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15));
+      const __mmask16 vis = _mm512_cmpge_epi32_mask(cols, _mm512_set1_epi32(lo[jj])) &
+                            _mm512_cmplt_epi32_mask(cols, _mm512_set1_epi32(hi[jj]));
+      v = _mm512_mask_blend_ps(vis, _mm512_set1_ps(-std::numeric_limits<float>::infinity()), v);
+    }
+    const __m512 m = _mm512_maskz_loadu_ps(mk, mb + c);
+    _mm512_mask_storeu_ps(mb + c, mk, _mm512_max_ps(m, v));
+    return v;
+  }
+};
+#endif
+
+/// Forward of one work item: the query block [i0, i0 + n) of query heads h0 .. h0 + hpi - 1 of
+/// batch row b (kv head hk), online softmax over its key blocks. The scores are computed
+/// transposed, sT [nb, rows] = k q^T (rows = hpi * n stacked query-major), so that each query's
+/// running max / sum is a lane of the column-wise passes and the probabilities P^T are read in
+/// place as the A of acc += P v.
 template <class T>
-void score_block(Mat<T>& s, const Mat<T>& qs, const T* kb, int64_t ks, int64_t nb, int64_t heads, int64_t n,
-                 BlockMask bm, const Mask& mk, int64_t b, int64_t i0, int64_t j0) {
-  const int64_t rows = qs.rows(), D = qs.cols();
-  s.resize(rows, nb);
-  block_mm<T>(rows, nb, D, qs.data(), D, 1, kb, 1, ks, s.data(), false);  // (q * scale) k^T
-  if (bm == BlockMask::partial)
-    for (int64_t g = 0; g < heads; ++g) apply_mask(s.data() + g * n * nb, n, nb, mk, b, i0, j0);
-}
+struct ForwardItem {
+  const Heads<const T>& Q;
+  const Heads<const T>& K;
+  const Heads<const T>& V;
+  const Heads<T>& O;
+  T* pl;  // lse [B, Hq, T] contiguous
+  const Mask& mk;
+  int64_t Hq, T_, S, D, Dv;
+  T sc;
+
+  void run(int64_t b, int64_t h0, int64_t hpi, int64_t hk, int64_t i0, int64_t n, Buffer<T>& buf,
+           Buffer<int32_t>& kmask) const {
+    const T ninf = -std::numeric_limits<T>::infinity();
+    const int64_t rows = hpi * n, nbmax = std::min<int64_t>(kBlockKForward, S);
+    T* qt = buf.get(D * rows + nbmax * rows + rows * Dv + 5 * rows);
+    T *st = qt + D * rows, *acc = st + nbmax * rows, *m = acc + rows * Dv, *l = m + rows, *shift = l + rows;
+    T *alpha = shift + rows, *mb = alpha + rows;
+    stack_rows<T>(Q, b, h0, hpi, i0, n, D, sc, nullptr, qt);  // (q * scale)^T
+    std::fill(m, m + rows, ninf);
+    std::fill(l, l + rows, T(0));
+    bool first = true;
+    for_each_key_block(mk, kBlockKForward, b, i0, n, [&](int64_t j0, int64_t nb, BlockMask bm) {
+      std::copy(m, m + rows, mb);
+      const T* kb = K.at(b, hk, j0);
+      const int32_t* key_rows = nullptr;  // [lo | hi] of each key's visible rows when masked (f32 path)
+      bool done = false;  // scores, mask and column max in one pass (f32, AVX-512, no documents)
+#if defined(__AVX512F__)
+      if constexpr (std::is_same_v<T, float>) {
+        if (!mk.q_doc) {
+          int32_t* lo = kmask.get(2 * nb);
+          for (int64_t jj = 0; jj < nb; ++jj) {
+            int64_t a, z;
+            visible_rows_of_key(mk, j0 + jj, i0, hpi, rows, a, z);
+            lo[jj] = static_cast<int32_t>(a);
+            lo[nb + jj] = static_cast<int32_t>(std::max(a, z));
+          }
+          const bool masked = bm == BlockMask::partial;
+          cpu::attention::RowRanges cols{lo, lo + nb, rows, D, false, true, ninf};
+          if (masked)
+            cpu::attention::block_gemm(nb, rows, D, kb, K.sl, 1, qt, rows, st, rows, false,
+                                       MaskMaxEpilogue{lo, lo + nb, mb, true}, cols);
+          else
+            cpu::attention::block_gemm(nb, rows, D, kb, K.sl, 1, qt, rows, st, rows, false,
+                                       MaskMaxEpilogue{lo, lo + nb, mb, false});
+          key_rows = masked ? lo : nullptr;
+          done = true;
+        }
+      }
+#endif
+      if (!done) {
+        block_mm<T>(nb, rows, D, kb, K.sl, 1, qt, rows, 1, st, false);  // sT = k (q * scale)^T
+        for (int64_t jj = 0; jj < nb; ++jj) {
+          T* srow = st + jj * rows;
+          if (bm == BlockMask::partial) mask_key_row(srow, b, j0 + jj, i0, hpi, rows);
+          Eigen::Map<Eigen::Array<T, Eigen::Dynamic, 1>> mv(mb, rows);
+          mv = mv.max(Eigen::Map<const Eigen::Array<T, Eigen::Dynamic, 1>>(srow, rows));
+        }
+      }
+      for (int64_t c = 0; c < rows; ++c) {  // new max, rescale of the old terms
+        shift[c] = mb[c] == ninf ? T(0) : mb[c];  // nothing visible yet: exp(-inf - 0) = 0
+        alpha[c] = first ? T(0) : std::exp(m[c] - shift[c]);
+        m[c] = mb[c];
+        l[c] *= alpha[c];
+      }
+      for (int64_t jj = 0; jj < nb; ++jj) {  // P^T = exp(sT - shift); masked entries 0
+        T* srow = st + jj * rows;
+        const int64_t lo = key_rows ? key_rows[jj] : 0, hi = key_rows ? key_rows[nb + jj] : rows;
+        std::fill(srow, srow + lo, T(0));
+        std::fill(srow + std::max(lo, hi), srow + rows, T(0));
+        if (hi > lo) exp_sub_accumulate(srow + lo, shift + lo, srow + lo, l + lo, hi - lo);
+      }
+      if (!first)
+        for (int64_t c = 0; c < rows; ++c)
+          for (int64_t d = 0; d < Dv; ++d) acc[c * Dv + d] *= alpha[c];
+#if defined(__AVX512F__)
+      if constexpr (std::is_same_v<T, float>) {
+        if (key_rows) {  // acc (+)= P v over the keys each row tile may see
+          cpu::attention::block_gemm(rows, Dv, nb, st, 1, rows, V.at(b, hk, j0), V.sl, acc, Dv, !first,
+                                     cpu::attention::NoEpilogue{},
+                                     cpu::attention::ColumnRanges{key_rows, key_rows + nb, nb, Dv});
+          first = false;
+          return;
+        }
+      }
+#endif
+      block_mm<T>(rows, Dv, nb, st, 1, rows, V.at(b, hk, j0), V.sl, 1, acc, !first);  // acc (+)= P v
+      first = false;
+    });
+    for (int64_t c = 0; c < rows; ++c) {
+      const int64_t r = c / hpi, h = h0 + c % hpi;
+      T* o = O.at(b, h, i0 + r);
+      T& lse = pl[(b * Hq + h) * T_ + i0 + r];
+      if (!first && l[c] > 0) {
+        const T inv = T(1) / l[c];
+        for (int64_t d = 0; d < Dv; ++d) o[d] = acc[c * Dv + d] * inv;
+        lse = m[c] + std::log(l[c]);
+      } else {
+        std::fill(o, o + Dv, T(0));
+        lse = ninf;
+      }
+    }
+  }
+
+  /// Sets the entries of key j's row of sT (stacked rows of queries from i0) that the mask hides
+  /// to -inf.
+  void mask_key_row(T* srow, int64_t b, int64_t j, int64_t i0, int64_t hpi, int64_t rows) const {
+    const T ninf = -std::numeric_limits<T>::infinity();
+    int64_t lo, hi;
+    visible_rows_of_key(mk, j, i0, hpi, rows, lo, hi);
+    hi = std::max(lo, hi);
+    std::fill(srow, srow + lo, ninf);
+    std::fill(srow + hi, srow + rows, ninf);
+    if (mk.q_doc) {
+      const int64_t kd = mk.k_doc[b * S + j];
+      const int64_t* qd = mk.q_doc + b * T_ + i0;
+      for (int64_t c = lo; c < hi; ++c)
+        if (qd[c / hpi] != kd) srow[c] = ninf;
+    }
+  }
+};
 
 template <class T>
 void sdpa_forward(const Tensor& q, const Tensor& k, const Tensor& v, Tensor& out, Tensor& lse, const Mask& mk,
@@ -229,68 +491,23 @@ void sdpa_forward(const Tensor& q, const Tensor& k, const Tensor& v, Tensor& out
   const int64_t nqb = (T_ + kBlockQ - 1) / kBlockQ;
   const Heads<const T> Q(q), K(k), V(v);
   const Heads<T> O(out);
-  T* pl = static_cast<T*>(lse.data_ptr());
-  const T ninf = -std::numeric_limits<T>::infinity();
-  const T sc = static_cast<T>(scale);
   const int64_t hpi = forward_heads_per_item(group, B * Hkv * nqb), subgroups = Hq / hpi;
   const int64_t items = B * subgroups * nqb;  // (batch row, hpi query heads of one kv head, query block)
   const std::vector<int64_t> order = largest_first(items, [&](int64_t it) {
     const int64_t i0 = it % nqb * kBlockQ;
     return visible_keys(mk, kBlockKForward, it / (nqb * subgroups), i0, std::min(T_, i0 + kBlockQ) - i0);
   });
-#pragma omp parallel for schedule(dynamic) if (items > 1 && B * Hq * T_ * S * D >= cpu::kParallelGrain)
-  for (int64_t idx = 0; idx < items; ++idx) {
-    const int64_t it = order[idx];
-    const int64_t qb = it % nqb, h0 = (it / nqb) % subgroups * hpi, b = it / (nqb * subgroups), hk = h0 / group;
-    const int64_t i0 = qb * kBlockQ, i1 = std::min(T_, i0 + kBlockQ), n = i1 - i0, rows = hpi * n;
-    Mat<T> qs;  // the item's queries, scaled once
-    stack_queries(qs, Q, b, h0, hpi, i0, n, D, sc);
-    Mat<T> acc = Mat<T>::Zero(rows, Dv);
-    Eigen::Matrix<T, Eigen::Dynamic, 1> m = Eigen::Matrix<T, Eigen::Dynamic, 1>::Constant(rows, ninf);
-    Eigen::Matrix<T, Eigen::Dynamic, 1> l = Eigen::Matrix<T, Eigen::Dynamic, 1>::Zero(rows);
-    Mat<T> s;
-    for_each_key_block(mk, kBlockKForward, b, i0, n, [&](int64_t j0, int64_t nb, BlockMask bm) {
-      CMap<T> km(K.at(b, hk, j0), nb, D, Eigen::OuterStride<>(K.sl));
-      CMap<T> vm(V.at(b, hk, j0), nb, Dv, Eigen::OuterStride<>(V.sl));
-      score_block(s, qs, km.data(), K.sl, nb, hpi, n, bm, mk, b, i0, j0);
-      for (int64_t r = 0; r < rows; ++r) {
-        const T mnew = std::max(m(r), s.row(r).maxCoeff());
-        if (mnew == ninf) {  // nothing visible yet in this row
-          s.row(r).setZero();
-          continue;
-        }
-        const T alpha = std::exp(m(r) - mnew);  // 0 when m was -inf
-        T rowsum = 0;
-        if constexpr (std::is_same_v<T, float>) {  // vectorised exp (Eigen packet math)
-          cpu::vec::exp_shift(s.data() + r * nb, mnew, 1.0f, s.data() + r * nb, nb);
-          rowsum = s.row(r).sum();
-        } else {
-          for (int64_t cidx = 0; cidx < nb; ++cidx) {
-            const T e = std::exp(s(r, cidx) - mnew);
-            s(r, cidx) = e;
-            rowsum += e;
-          }
-        }
-        l(r) = l(r) * alpha + rowsum;
-        acc.row(r) *= alpha;
-        m(r) = mnew;
-      }
-      block_mm<T>(rows, Dv, nb, s.data(), nb, 1, vm.data(), V.sl, 1, acc.data(), true);
-    });
-    for (int64_t g = 0; g < hpi; ++g) {
-      const int64_t h = h0 + g;
-      for (int64_t r = 0; r < n; ++r) {
-        const int64_t rr = g * n + r, row = (b * Hq + h) * T_ + i0 + r;
-        T* o = O.at(b, h, i0 + r);
-        if (l(rr) > 0) {
-          const T inv = T(1) / l(rr);
-          for (int64_t d = 0; d < Dv; ++d) o[d] = acc(rr, d) * inv;
-          pl[row] = m(rr) + std::log(l(rr));
-        } else {
-          std::fill(o, o + Dv, T(0));
-          pl[row] = ninf;
-        }
-      }
+#pragma omp parallel if (items > 1 && B * Hq * T_ * S * D >= cpu::kParallelGrain)
+  {
+    Buffer<T> buf;  // this thread's scratch, reused by its items
+    Buffer<int32_t> kmask;
+    const ForwardItem<T> item{Q, K, V, O, static_cast<T*>(lse.data_ptr()), mk, Hq, T_, S, D, Dv, static_cast<T>(scale)};
+#pragma omp for schedule(dynamic)
+    for (int64_t idx = 0; idx < items; ++idx) {
+      const int64_t it = order[idx];
+      const int64_t qb = it % nqb, h0 = (it / nqb) % subgroups * hpi, b = it / (nqb * subgroups), hk = h0 / group;
+      const int64_t i0 = qb * kBlockQ, n = std::min(T_, i0 + kBlockQ) - i0;
+      item.run(b, h0, hpi, hk, i0, n, buf, kmask);
     }
   }
 }
@@ -299,9 +516,7 @@ void sdpa_forward(const Tensor& q, const Tensor& k, const Tensor& v, Tensor& out
 /// (window 0 and diagonal S - T when absent), document ids at inputs doc0, doc0 + 1 when present
 /// (`ids` keeps their contiguous i64 copies alive).
 Mask sdpa_mask(const OpCall& c, size_t doc0, int64_t T, int64_t S, Tensor (&ids)[2]) {
-  Mask mk{c.b(0), c.attrs.size() > 2 ? c.i(2) : 0, c.attrs.size() > 3 ? c.i(3) : S - T};
-  mk.T = T;
-  mk.S = S;
+  Mask mk{c.b(0), c.attrs.size() > 2 ? c.i(2) : 0, c.attrs.size() > 3 ? c.i(3) : S - T, nullptr, nullptr, T, S};
   if (c.inputs.size() > doc0 + 1 && c.inputs[doc0].defined()) {
     for (int j = 0; j < 2; ++j) {
       ids[j] = contiguous(c.inputs[doc0 + j].detach());
@@ -341,6 +556,154 @@ int64_t query_chunk(int64_t qb, int64_t split) {
   return p < split ? p : 2 * split - 1 - p;
 }
 
+#if defined(__AVX512F__)
+/// f32 epilogue of the backward's s = q k^T block: P = exp(s - lse[i]) on the keys [lo[i], hi[i])
+/// of row i (the causal / window mask; lo = hi = 0 for a row without keys), 0 elsewhere.
+struct ProbabilityEpilogue {
+  static constexpr bool kActive = true;
+  const float* lse;
+  const int32_t* lo;
+  const int32_t* hi;
+  __m512 operator()(__m512 v, int64_t i, int64_t j, const float*, __mmask16) const {
+    const __m512i cols = _mm512_add_epi32(_mm512_set1_epi32(static_cast<int32_t>(j)),
+                                          _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15));
+    const __mmask16 vis = _mm512_cmpge_epi32_mask(cols, _mm512_set1_epi32(lo[i])) &
+                          _mm512_cmplt_epi32_mask(cols, _mm512_set1_epi32(hi[i]));
+    return _mm512_maskz_mov_ps(vis, cpu::vec::detail::exp_packet(v, _mm512_set1_ps(lse[i])));
+  }
+};
+
+/// f32 epilogue of the backward's dP = g v^T block written over P: dS = P (dP - di[i]).
+struct DsEpilogue {
+  static constexpr bool kActive = true;
+  const float* di;
+  __m512 operator()(__m512 v, int64_t i, int64_t, const float* c, __mmask16 mk) const {
+    return _mm512_mul_ps(_mm512_maskz_loadu_ps(mk, c), _mm512_sub_ps(v, _mm512_set1_ps(di[i])));
+  }
+};
+#endif
+
+/// Backward of one query block [i0, i0 + n) of the query heads of kv head hk (batch row b):
+/// dq of its rows and the dk / dv terms of its key blocks (added to dK / dV, row-major [S, D] /
+/// [S, Dv]). Rows stacked query-major (stack_rows); per key block, with the scores s [rows, nb]
+/// row-major: s = (q * scale) k^T, P = exp(s - lse), dv += P^T g, dP = g v^T, dS = P (dP - di),
+/// dk += dS^T (q * scale), dq += dS k. Each product reads q, g, k and v in the layouts the GEMM
+/// packs by copies (q^T, g^T, k^T, v^T as column-major A / row-major B); only dS k transposes.
+template <class T>
+struct BackwardBlock {
+  const Heads<const T>& Q;
+  const Heads<const T>& K;
+  const Heads<const T>& G;
+  const Heads<const T>& O;
+  const Heads<T>& dQ;
+  const T* pl;  // lse
+  int64_t lsb, lsh, lst;
+  const Mask& mk;
+  int64_t T_, S, D, Dv, group;
+  T sc;
+
+  void run(int64_t b, int64_t hk, int64_t i0, int64_t n, const T* kt, const T* vt, T* dK, T* dV, Buffer<T>& buf,
+           Buffer<int32_t>& rmask) const {
+    const int64_t rows = group * n, nbmax = std::min<int64_t>(kBlockKBackward, S), h0 = hk * group;
+    T* qs = buf.get(rows * D + rows * Dv + 2 * rows * nbmax + rows * D + 2 * rows);
+    T *gs = qs + rows * D, *s = gs + rows * Dv, *dp = s + rows * nbmax;
+    T *dqb = dp + rows * nbmax, *di = dqb + rows * D, *lrow = di + rows;
+    stack_rows<T>(Q, b, h0, group, i0, n, D, sc, qs, nullptr);  // q * scale
+    stack_rows<T>(G, b, h0, group, i0, n, Dv, T(1), gs, nullptr);
+    for (int64_t c = 0; c < rows; ++c) {
+      const int64_t r = c / group, h = h0 + c % group;
+      using Vec = Eigen::Map<const Eigen::Matrix<T, Eigen::Dynamic, 1>>;
+      di[c] = Vec(gs + c * Dv, Dv).dot(Vec(O.at(b, h, i0 + r), Dv));  // rowsum(dO * O)
+      lrow[c] = pl[b * lsb + h * lsh + (i0 + r) * lst];
+    }
+    const int64_t ldt = transposed_ld(S);
+    bool first = true;
+    for_each_key_block(mk, kBlockKBackward, b, i0, n, [&](int64_t j0, int64_t nb, BlockMask bm) {
+#if defined(__AVX512F__)  // f32: P and dS in the products' epilogues, the mask's zeros skipped
+      if constexpr (std::is_same_v<T, float>) {
+        // Keys [lo, hi) of each row: elo / ehi for P (empty for a row without keys), blo / bhi
+        // (the mask's ranges, nondecreasing in the row) for the products' bounds.
+        int32_t* elo = rmask.get(4 * rows);
+        int32_t *ehi = elo + rows, *blo = ehi + rows, *bhi = blo + rows;
+        for (int64_t c = 0; c < rows; ++c) {
+          int64_t a = 0, z = nb;
+          if (bm == BlockMask::partial) visible_keys_of_query(mk, i0 + c / group, j0, nb, a, z);
+          blo[c] = static_cast<int32_t>(a);
+          bhi[c] = static_cast<int32_t>(std::max(a, z));
+          if (lrow[c] == -std::numeric_limits<T>::infinity() || a >= z) a = z = 0;
+          elo[c] = static_cast<int32_t>(a);
+          ehi[c] = static_cast<int32_t>(z);
+        }
+        namespace att = cpu::attention;
+        att::block_gemm(rows, nb, D, qs, D, 1, kt + j0, ldt, s, nb, false, ProbabilityEpilogue{lrow, elo, ehi},
+                        att::RowRanges{blo, bhi, nb, D, false, true, 0.0f});  // P = exp((q * scale) k^T - lse)
+        if (bm == BlockMask::partial && mk.q_doc) zero_other_documents(s, b, i0, j0, nb, rows);
+        att::block_gemm(nb, Dv, rows, s, 1, nb, gs, Dv, dV + j0 * Dv, Dv, true, att::NoEpilogue{},
+                        att::ColumnRanges{blo, bhi, rows, Dv});  // dv += P^T g
+        att::block_gemm(rows, nb, Dv, gs, Dv, 1, vt + j0, ldt, s, nb, false, DsEpilogue{di},
+                        att::RowRanges{blo, bhi, nb, Dv});  // s = dS = P (g v^T - di)
+        att::block_gemm(nb, D, rows, s, 1, nb, qs, D, dK + j0 * D, D, true, att::NoEpilogue{},
+                        att::ColumnRanges{blo, bhi, rows, D});  // dk += dS^T (q * scale)
+        att::block_gemm(rows, D, nb, s, nb, 1, K.at(b, hk, j0), K.sl, dqb, D, !first, att::NoEpilogue{},
+                        att::RowRanges{blo, bhi, D, nb, true});  // dq (+)= dS k (scaled below)
+        first = false;
+        return;
+      }
+#endif
+      {
+        block_mm<T>(rows, nb, D, qs, D, 1, kt + j0, ldt, 1, s, false);  // s = (q * scale) k^T
+        for (int64_t c = 0; c < rows; ++c) probabilities(s + c * nb, b, i0 + c / group, j0, nb, bm, lrow[c]);
+        block_mm<T>(nb, Dv, rows, s, 1, nb, gs, Dv, 1, dV + j0 * Dv, true);  // dv += P^T g
+        block_mm<T>(rows, nb, Dv, gs, Dv, 1, vt + j0, ldt, 1, dp, false);    // dP = g v^T
+        for (int64_t c = 0; c < rows; ++c) {                                 // s = dS = P (dP - di)
+          T* sr = s + c * nb;
+          const T* dr = dp + c * nb;
+          const T dc = di[c];
+          for (int64_t j = 0; j < nb; ++j) sr[j] *= dr[j] - dc;
+        }
+      }
+      block_mm<T>(nb, D, rows, s, 1, nb, qs, D, 1, dK + j0 * D, true);            // dk += dS^T (q * scale)
+      block_mm<T>(rows, D, nb, s, nb, 1, K.at(b, hk, j0), K.sl, 1, dqb, !first);  // dq (+)= dS k (scaled below)
+      first = false;
+    });
+    for (int64_t c = 0; c < rows; ++c) {
+      T* dq = dQ.at(b, h0 + c % group, i0 + c / group);
+      for (int64_t d = 0; d < D; ++d) dq[d] = first ? T(0) : dqb[c * D + d] * sc;
+    }
+  }
+
+  /// Zeroes the entries of the P block [rows, nb] (row c: query i0 + c / group, keys from j0) whose
+  /// key is in another document than the query.
+  void zero_other_documents(T* s, int64_t b, int64_t i0, int64_t j0, int64_t nb, int64_t rows) const {
+    const int64_t* kd = mk.k_doc + b * S + j0;
+    for (int64_t c = 0; c < rows; ++c) {
+      const int64_t qd = mk.q_doc[b * T_ + i0 + c / group];
+      for (int64_t j = 0; j < nb; ++j)
+        if (kd[j] != qd) s[c * nb + j] = T(0);
+    }
+  }
+
+  /// The score row s [nb] of query i against keys [j0, j0 + nb) -> P = exp(s - lse), 0 where the
+  /// mask hides the key (checked when the block is partial) or the query sees no key (lse -inf).
+  void probabilities(T* s, int64_t b, int64_t i, int64_t j0, int64_t nb, BlockMask bm, T lse) const {
+    int64_t lo = 0, hi = nb;
+    if (bm == BlockMask::partial) visible_keys_of_query(mk, i, j0, nb, lo, hi);
+    if (lse == -std::numeric_limits<T>::infinity() || lo >= hi) {
+      std::fill(s, s + nb, T(0));
+      return;
+    }
+    std::fill(s, s + lo, T(0));
+    std::fill(s + hi, s + nb, T(0));
+    exp_shift_inplace(s + lo, lse, hi - lo);
+    if (bm == BlockMask::partial && mk.q_doc) {
+      const int64_t qd = mk.q_doc[b * T_ + i];
+      const int64_t* kd = mk.k_doc + b * S + j0;
+      for (int64_t j = lo; j < hi; ++j)
+        if (kd[j] != qd) s[j] = T(0);
+    }
+  }
+};
+
 template <class T>
 void sdpa_backward(const Tensor& g, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& o,
                    const Tensor& lse, Tensor& dq, Tensor& dk, Tensor& dv, const Mask& mk, double scale) {
@@ -352,10 +715,10 @@ void sdpa_backward(const Tensor& g, const Tensor& q, const Tensor& k, const Tens
   // with row stride D (Dv): in place when the output has that row stride, else in a buffer of
   // the work item copied out at its end.
   const bool dk_direct = dk.stride(2) == D, dv_direct = dv.stride(2) == Dv;
-  const T* pl = static_cast<const T*>(lse.data_ptr());
-  const int64_t lsb = lse.stride(0), lsh = lse.stride(1), lst = lse.stride(2);
-  const T ninf = -std::numeric_limits<T>::infinity();
-  const T sc = static_cast<T>(scale);
+  const Tensor kt = transposed_heads<T>(K, B, Hkv, S, D, q.dtype()), vt = transposed_heads<T>(V, B, Hkv, S, Dv, q.dtype());
+  const T *ktp = static_cast<const T*>(kt.data_ptr()), *vtp = static_cast<const T*>(vt.data_ptr());
+  const BackwardBlock<T> block{Q, K, G, O, dQh, static_cast<const T*>(lse.data_ptr()), lse.stride(0), lse.stride(1),
+                               lse.stride(2), mk, T_, S, D, Dv, group, static_cast<T>(scale)};
   const int64_t kv_items = B * Hkv, nqb = (T_ + kBlockQ - 1) / kBlockQ;
   const int64_t split =
       kv_items == 0 ? 1
@@ -371,68 +734,30 @@ void sdpa_backward(const Tensor& g, const Tensor& q, const Tensor& k, const Tens
         keys += visible_keys(mk, kBlockKBackward, it / split / Hkv, i0, std::min(T_, i0 + kBlockQ) - i0);
     return keys;
   });
-#pragma omp parallel for schedule(dynamic) if (items > 1 && B * Hq * T_ * S * D >= cpu::kParallelGrain)
-  for (int64_t idx = 0; idx < items; ++idx) {
-    const int64_t it = order[idx];
-    const int64_t kvi = it / split, r = it % split, b = kvi / Hkv, hk = kvi % Hkv;
-    const bool k_out = r == 0 && dk_direct, v_out = r == 0 && dv_direct;  // accumulate in the output
-    Mat<T> dKown, dVown;
-    Mat<T>& dKbuf = r == 0 ? dKown : part_dk[kvi * (split - 1) + r - 1];
-    Mat<T>& dVbuf = r == 0 ? dVown : part_dv[kvi * (split - 1) + r - 1];
-    if (!k_out) dKbuf.resize(S, D);
-    if (!v_out) dVbuf.resize(S, Dv);
-    MMap<T> dK(k_out ? dKh.at(b, hk, 0) : dKbuf.data(), S, D, Eigen::OuterStride<>(D));
-    MMap<T> dV(v_out ? dVh.at(b, hk, 0) : dVbuf.data(), S, Dv, Eigen::OuterStride<>(Dv));
-    dK.setZero();
-    dV.setZero();
-    Mat<T> qs, gs, s, dp, dqb;
-    Eigen::Matrix<T, Eigen::Dynamic, 1> lrow, di;
-    for (int64_t i0 = 0; i0 < T_; i0 += kBlockQ) {
-      if (query_chunk(i0 / kBlockQ, split) != r) continue;
-      // The group's query heads stacked head-major (row j * n + r: query i0 + r of head
-      // hk * group + j), so each K / V block serves all of them in one product.
-      const int64_t i1 = std::min(T_, i0 + kBlockQ), n = i1 - i0, rows = group * n;
-      stack_queries(qs, Q, b, hk * group, group, i0, n, D, sc);  // q * scale
-      gs.resize(rows, Dv);
-      lrow.resize(rows);
-      di.resize(rows);
-      for (int64_t j = 0; j < group; ++j) {
-        const int64_t h = hk * group + j;
-        CMap<T> gm(G.at(b, h, i0), n, Dv, Eigen::OuterStride<>(G.sl));
-        CMap<T> om(O.at(b, h, i0), n, Dv, Eigen::OuterStride<>(O.sl));
-        gs.middleRows(j * n, n) = gm;
-        di.segment(j * n, n) = gm.cwiseProduct(om).rowwise().sum();
-        for (int64_t r = 0; r < n; ++r) lrow(j * n + r) = pl[b * lsb + h * lsh + (i0 + r) * lst];
-      }
-      dqb = Mat<T>::Zero(rows, D);
-      for_each_key_block(mk, kBlockKBackward, b, i0, n, [&](int64_t j0, int64_t nb, BlockMask bm) {
-        CMap<T> km(K.at(b, hk, j0), nb, D, Eigen::OuterStride<>(K.sl));
-        CMap<T> vm(V.at(b, hk, j0), nb, Dv, Eigen::OuterStride<>(V.sl));
-        score_block(s, qs, km.data(), K.sl, nb, group, n, bm, mk, b, i0, j0);
-        for (int64_t r = 0; r < rows; ++r) {  // P = exp(s - lse); masked and key-less rows -> 0
-          if (lrow(r) == ninf) {
-            s.row(r).setZero();
-            continue;
-          }
-          if constexpr (std::is_same_v<T, float>) {
-            cpu::vec::exp_shift(s.data() + r * nb, lrow(r), 1.0f, s.data() + r * nb, nb);
-          } else {
-            for (int64_t cidx = 0; cidx < nb; ++cidx) s(r, cidx) = std::exp(s(r, cidx) - lrow(r));
-          }
-        }
-        block_mm<T>(nb, Dv, rows, s.data(), 1, nb, gs.data(), Dv, 1, dV.data() + j0 * Dv, true);  // P^T g
-        dp.resize(rows, nb);
-        block_mm<T>(rows, nb, Dv, gs.data(), Dv, 1, vm.data(), 1, V.sl, dp.data(), false);  // g v^T
-        dp.array().colwise() -= di.array();
-        s.array() *= dp.array();  // s now holds dS
-        block_mm<T>(rows, D, nb, s.data(), nb, 1, km.data(), K.sl, 1, dqb.data(), true);  // dS k (scaled below)
-        block_mm<T>(nb, D, rows, s.data(), 1, nb, qs.data(), D, 1, dK.data() + j0 * D, true);  // dS^T (q * scale)
-      });
-      for (int64_t j = 0; j < group; ++j)
-        MMap<T>(dQh.at(b, hk * group + j, i0), n, D, Eigen::OuterStride<>(dQh.sl)) = dqb.middleRows(j * n, n) * sc;
+  auto part = [&](std::vector<Mat<T>>& parts, int64_t kvi, int64_t r, int64_t cols) {  // chunk r > 0's buffer
+    Mat<T>& m = parts[kvi * (split - 1) + r - 1];
+    m.resize(S, cols);
+    return m.data();
+  };
+#pragma omp parallel if (items > 1 && B * Hq * T_ * S * D >= cpu::kParallelGrain)
+  {
+    Buffer<T> buf, own_dk, own_dv;  // this thread's scratch, reused by its items
+    Buffer<int32_t> rmask;
+#pragma omp for schedule(dynamic)
+    for (int64_t idx = 0; idx < items; ++idx) {
+      const int64_t it = order[idx];
+      const int64_t kvi = it / split, r = it % split, b = kvi / Hkv, hk = kvi % Hkv;
+      const bool k_out = r == 0 && dk_direct, v_out = r == 0 && dv_direct;  // accumulate in the output
+      T* dK = k_out ? dKh.at(b, hk, 0) : r == 0 ? own_dk.get(S * D) : part(part_dk, kvi, r, D);
+      T* dV = v_out ? dVh.at(b, hk, 0) : r == 0 ? own_dv.get(S * Dv) : part(part_dv, kvi, r, Dv);
+      std::fill(dK, dK + S * D, T(0));
+      std::fill(dV, dV + S * Dv, T(0));
+      const T *ktb = ktp + kvi * D * transposed_ld(S), *vtb = vtp + kvi * Dv * transposed_ld(S);
+      for (int64_t i0 = 0; i0 < T_; i0 += kBlockQ)
+        if (query_chunk(i0 / kBlockQ, split) == r) block.run(b, hk, i0, std::min(T_, i0 + kBlockQ) - i0, ktb, vtb, dK, dV, buf, rmask);
+      if (r == 0 && !dk_direct) MMap<T>(dKh.at(b, hk, 0), S, D, Eigen::OuterStride<>(dKh.sl)) = CMap<T>(dK, S, D, Eigen::OuterStride<>(D));
+      if (r == 0 && !dv_direct) MMap<T>(dVh.at(b, hk, 0), S, Dv, Eigen::OuterStride<>(dVh.sl)) = CMap<T>(dV, S, Dv, Eigen::OuterStride<>(Dv));
     }
-    if (r == 0 && !dk_direct) MMap<T>(dKh.at(b, hk, 0), S, D, Eigen::OuterStride<>(dKh.sl)) = dKbuf;
-    if (r == 0 && !dv_direct) MMap<T>(dVh.at(b, hk, 0), S, Dv, Eigen::OuterStride<>(dVh.sl)) = dVbuf;
   }
   if (split == 1) return;
 #pragma omp parallel for schedule(static) if (kv_items > 1 && kv_items * S * D >= cpu::kParallelGrain)
