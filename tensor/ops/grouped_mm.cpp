@@ -3,13 +3,16 @@
 // torch._grouped_mm with offsets:
 //   2-d x 3-d: a [T, K], b [G, K, N]  -> [T, N]     rows of group g times b[g]
 //   2-d x 2-d: a [K, T], b [T, N]     -> [G, K, N]  the group's columns of a times its rows of b
-// (the second form is the weight gradient of the first). Backward stays within the two forms:
+// (the second form is the weight gradient of the first). Backward stays within the two forms
+// (both products of one backward in one op, "grouped_mm_pair", when both are needed and no graph
+// of the backward is recorded):
 //   out = a @ b[g] (2x3):  da = grouped_mm(g, b^T) (2x3), db = grouped_mm(a^T, g) (2x2)
 //                          (or grouped_mm(g^T, a)^T when b is a transposed view);
 //   out[g] = a_g @ b_g (2x2): da = grouped_mm(b, g^T)^T (2x3), db = grouped_mm(a^T, g) (2x3).
 // Group sizes are an attribute (host values: the kernel needs them, and they key the DTensor
 // cache). Source: PyTorch torch._grouped_mm (offs = cumulative group sizes); Megatron-LM /
 // torchtitan GroupedExperts.
+#include "tensor/autograd/grad_mode.h"
 #include "tensor/autograd/node.h"
 #include "tensor/dispatch.h"
 #include "tensor/ops.h"
@@ -53,7 +56,17 @@ Tensor grouped_mm(const Tensor& a, const Tensor& b, const Shape& group_sizes) {
                                                                            const std::vector<bool>& n) {
              const Tensor ta = sa.get("grouped_mm"), tb = sb.get("grouped_mm");
              Tensor da, db;
-             if (three) {
+             if (n[0] && n[1] && !grad_enabled()) {
+               // Both products in one op (one parallel region on CPU); the same operands as below.
+               static const OpDef* pair = op_def("grouped_mm_pair");
+               const bool col = three && column_major(tb);
+               const std::vector<Tensor> d =
+                   three ? dispatch(OpCall{pair, {g[0], tb.transpose(1, 2), col ? g[0].t() : ta.t(), col ? ta : g[0]},
+                                           {group_sizes}})
+                         : dispatch(OpCall{pair, {tb, g[0].transpose(1, 2), ta.t(), g[0]}, {group_sizes}});
+               da = three ? d[0] : d[0].t();
+               db = col ? d[1].transpose(1, 2) : d[1];
+             } else if (three) {
                if (n[0]) da = grouped_mm(g[0], tb.transpose(1, 2), group_sizes);
                // A weight stored [G, N, K] and used as b = w.transpose(1, 2) gets its gradient
                // formed transposed, so it arrives contiguous in w's layout (as mm's backward).

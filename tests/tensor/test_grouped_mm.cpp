@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "gradcheck.h"
+#include "tensor/dispatch.h"
 #include "tensor/ops/cpu/group_pieces.h"
 #include "tensor/random.h"
 
@@ -203,6 +204,50 @@ TEST_CASE("grouped_mm f32 on 2 and 3 threads bit-equal to 1 thread: skewed group
   }
   omp_set_num_threads(saved);
   CHECK(max_abs_diff(r23, loop_2x3(a, b, sizes)) < 1e-4);
+}
+
+TEST_CASE("grouped_mm backward's two products in one op (grouped_mm_pair) have the bits of two calls",
+          "[grouped_mm][grad]") {
+  manual_seed(9);
+  // skewed groups (one cut into many pieces), empty groups, one below a cut unit; the expert
+  // layout (w [G, N, K] used transposed) and a plain [G, K, N] b
+  const Shape sizes{0, 7, 900, 40, 0, 16, 300, 180};
+  const int64_t T = total(sizes), G = static_cast<int64_t>(sizes.size());
+  const Tensor a = rnd({T, 96}, DType::f32), w = rnd({G, 80, 96}, DType::f32), b = rnd({G, 96, 80}, DType::f32);
+  const Tensor g = rnd({T, 80}, DType::f32), g22 = rnd({G, 96, 80}, DType::f32);
+  static const OpDef* pair = op_def("grouped_mm_pair");
+  auto run = [&] {
+    std::vector<Tensor> out;
+    // the pair on its own: both forms, a transposed view among the operands
+    for (const Tensor& t : dispatch(OpCall{pair, {g, w, g.t(), a}, {sizes}})) out.push_back(t);
+    for (const Tensor& t : dispatch(OpCall{pair, {a.t(), g, a, b}, {sizes}})) out.push_back(t);
+    // and through autograd: the backward of the expert form and of the 2x2 form
+    for (const bool expert : {true, false}) {
+      Tensor al = a.clone().set_requires_grad(true), bl = (expert ? w : b).clone().set_requires_grad(true);
+      sum(mul(grouped_mm(al, expert ? bl.transpose(1, 2) : bl, sizes), g)).backward();
+      out.push_back(al.grad());
+      out.push_back(bl.grad());
+    }
+    Tensor at = a.clone().set_requires_grad(true), gt = g.clone().set_requires_grad(true);
+    sum(mul(grouped_mm(at.t(), gt, sizes), g22)).backward();
+    out.push_back(at.grad());
+    out.push_back(gt.grad());
+    return out;
+  };
+  const std::vector<Tensor> got = run();
+  CHECK(max_abs_diff(got[0], grouped_mm(g, w, sizes)) == 0);
+  CHECK(max_abs_diff(got[1], grouped_mm(g.t(), a, sizes)) == 0);
+  CHECK(max_abs_diff(got[2], grouped_mm(a.t(), g, sizes)) == 0);
+  CHECK(max_abs_diff(got[3], grouped_mm(a, b, sizes)) == 0);
+  // the expert form's gradients: da = g W, dW formed transposed (g^T a per group), as two calls
+  CHECK(max_abs_diff(got[4], grouped_mm(g, w, sizes)) == 0);
+  CHECK(max_abs_diff(got[5], grouped_mm(g.t(), a, sizes)) == 0);
+  CHECK(got[5].is_contiguous());
+  CHECK(max_abs_diff(got[6], grouped_mm(g, b.transpose(1, 2), sizes)) == 0);
+  CHECK(max_abs_diff(got[7], grouped_mm(a.t(), g, sizes)) == 0);
+  CHECK(max_abs_diff(got[8], grouped_mm(g, g22.transpose(1, 2), sizes)) == 0);  // 2x2 form: d(a^T)
+  CHECK(max_abs_diff(got[9], grouped_mm(a, g22, sizes)) == 0);                     // and db
+  CHECK(dtr::testing::same_bits_on_threads(run, {2, 3, 4}) == "");
 }
 
 TEST_CASE("grouped_mm bf16 computes in f32 and rounds once", "[grouped_mm]") {

@@ -12,6 +12,7 @@
 // small-m path is for m <= 8) and, as the f32 GEMM's per-element sums do not depend on how rows
 // are split, f32 results are bitwise independent of the thread count. Below kGroupParallelWork (group_pieces.h)
 // FLOPs the groups run in turn. Groups of size 0 give zero rows (2x3) or a zero [K, N] block (2x2).
+// grouped_mm_pair runs the two products of a backward (dA, dB) through one such queue.
 #include <algorithm>
 
 #include "tensor/dispatch.h"
@@ -31,47 +32,94 @@ bool gemm_ok(const Tensor& t) {
 }
 Tensor operand(const Tensor& t) { return gemm_ok(t) ? t : t.contiguous(); }
 
-std::vector<Tensor> k_grouped_mm(const OpCall& c) {
-  const Tensor a = operand(c.inputs[0]), b = operand(c.inputs[1]);
-  const Shape& sizes = c.shape(0);
-  const int64_t G = static_cast<int64_t>(sizes.size());
-  Shape offs(G + 1, 0);
-  for (int64_t g = 0; g < G; ++g) offs[g + 1] = offs[g] + sizes[g];
-  const bool three = b.dim() == 3;  // a [T, K] x b [G, K, N] -> [T, N]; else a [K, T] x b [T, N] -> [G, K, N]
-  const int64_t K = three ? a.size(1) : a.size(0), N = three ? b.size(2) : b.size(1);
-  Tensor out = empty(three ? Shape{a.size(0), N} : Shape{G, K, N}, TensorOptions(a.dtype()));
-  // The row sequence: 2x3 the rows of each group (cost 1 each: K N FLOPs), 2x2 the K rows of
-  // each group's block (cost n_g each).
-  Shape rows(G);
-  std::vector<int64_t> cost(G);
-  for (int64_t g = 0; g < G; ++g) {
-    rows[g] = three ? sizes[g] : K;
-    cost[g] = three ? 1 : sizes[g];
+/// One grouped product: its operands (readable in place), output and row sequence (2x3: the rows
+/// of each group, cost 1 each = K N FLOPs; 2x2: the K rows of each group's block, cost n_g each).
+struct GroupedProduct {
+  Tensor a, b, out;
+  Shape sizes, offs, rows;
+  std::vector<int64_t> cost;
+  bool three;  // a [T, K] x b [G, K, N] -> [T, N]; else a [K, T] x b [T, N] -> [G, K, N]
+  int64_t K, N, flops;
+
+  GroupedProduct(const Tensor& a0, const Tensor& b0, const Shape& group_sizes)
+      : a(operand(a0)), b(operand(b0)), sizes(group_sizes), three(b0.dim() == 3) {
+    const int64_t G = static_cast<int64_t>(sizes.size());
+    offs.assign(G + 1, 0);
+    for (int64_t g = 0; g < G; ++g) offs[g + 1] = offs[g] + sizes[g];
+    K = three ? a.size(1) : a.size(0);
+    N = three ? b.size(2) : b.size(1);
+    out = empty(three ? Shape{a.size(0), N} : Shape{G, K, N}, TensorOptions(a.dtype()));
+    rows.resize(G);
+    cost.resize(G);
+    for (int64_t g = 0; g < G; ++g) {
+      rows[g] = three ? sizes[g] : K;
+      cost[g] = three ? 1 : sizes[g];
+    }
+    flops = 2 * offs[G] * K * N;
   }
-  const int64_t flops = 2 * offs[G] * K * N;
-  cpu::dispatch_floating(a.dtype(), "grouped_mm", [&](auto tag) {
-    using T = decltype(tag);
+  /// FLOPs / 2 of one cost unit (to put two products' row sequences on one scale).
+  int64_t unit() const { return three ? K * N : N; }
+
+  /// Rows [r0, r1) of group g: one single-threaded GEMM (zeros for an empty 2x2 group).
+  template <class T>
+  void piece(int64_t g, int64_t r0, int64_t r1) const {
     const T* pa = static_cast<const T*>(a.data_ptr());
     const T* pb = static_cast<const T*>(b.data_ptr());
     T* po = static_cast<T*>(out.data_ptr());
-    cpu::for_group_pieces(rows, cost, flops, [&](int64_t g, int64_t r0, int64_t r1) {
-      const int64_t n = sizes[g], o = offs[g];
-      if (three) {
-        if (r1 > r0)
-          cpu::gemm<T>(r1 - r0, N, K, pa + (o + r0) * a.stride(0), a.stride(0), a.stride(1), pb + g * b.stride(0),
-                       b.stride(1), b.stride(2), po + (o + r0) * N, false);
-      } else if (n == 0) {
-        std::fill(po + g * K * N, po + (g + 1) * K * N, T(0));
-      } else if (r1 > r0) {
-        cpu::gemm<T>(r1 - r0, N, n, pa + r0 * a.stride(0) + o * a.stride(1), a.stride(0), a.stride(1),
-                     pb + o * b.stride(0), b.stride(0), b.stride(1), po + (g * K + r0) * N, false);
-      }
+    const int64_t n = sizes[g], o = offs[g];
+    if (three) {
+      if (r1 > r0)
+        cpu::gemm<T>(r1 - r0, N, K, pa + (o + r0) * a.stride(0), a.stride(0), a.stride(1), pb + g * b.stride(0),
+                     b.stride(1), b.stride(2), po + (o + r0) * N, false);
+    } else if (n == 0) {
+      std::fill(po + g * K * N, po + (g + 1) * K * N, T(0));
+    } else if (r1 > r0) {
+      cpu::gemm<T>(r1 - r0, N, n, pa + r0 * a.stride(0) + o * a.stride(1), a.stride(0), a.stride(1),
+                   pb + o * b.stride(0), b.stride(0), b.stride(1), po + (g * K + r0) * N, false);
+    }
+  }
+};
+
+std::vector<Tensor> k_grouped_mm(const OpCall& c) {
+  const GroupedProduct p(c.inputs[0], c.inputs[1], c.shape(0));
+  cpu::dispatch_floating(p.a.dtype(), "grouped_mm", [&](auto tag) {
+    using T = decltype(tag);
+    cpu::for_group_pieces(p.rows, p.cost, p.flops,
+                          [&](int64_t g, int64_t r0, int64_t r1) { p.piece<T>(g, r0, r1); });
+  });
+  return {p.out};
+}
+
+/// {a1, b1, a2, b2} attrs {group sizes} -> {grouped_mm(a1, b1), grouped_mm(a2, b2)}: the two
+/// products of a grouped_mm backward (dA and dB) in one parallel region, their pieces in one
+/// queue (costs on one FLOP scale), so the threads wait at one join instead of two and the last
+/// pieces of one product fill the other's tail. Each piece is the GEMM the single op would run
+/// on those rows, so the results have the bits of two grouped_mm calls.
+std::vector<Tensor> k_grouped_mm_pair(const OpCall& c) {
+  const GroupedProduct p(c.inputs[0], c.inputs[1], c.shape(0)), q(c.inputs[2], c.inputs[3], c.shape(0));
+  DTR_CHECK(p.a.dtype() == q.a.dtype(), "grouped_mm_pair: dtypes ", p.a.dtype(), " and ", q.a.dtype());
+  const int64_t G = static_cast<int64_t>(p.rows.size());
+  Shape rows = p.rows;
+  rows.insert(rows.end(), q.rows.begin(), q.rows.end());
+  std::vector<int64_t> cost(2 * G);
+  for (int64_t g = 0; g < G; ++g) {
+    cost[g] = p.cost[g] * p.unit();
+    cost[G + g] = q.cost[g] * q.unit();
+  }
+  cpu::dispatch_floating(p.a.dtype(), "grouped_mm_pair", [&](auto tag) {
+    using T = decltype(tag);
+    cpu::for_group_pieces(rows, cost, p.flops + q.flops, [&](int64_t i, int64_t r0, int64_t r1) {
+      if (i < G)
+        p.piece<T>(i, r0, r1);
+      else
+        q.piece<T>(i - G, r0, r1);
     });
   });
-  return {out};
+  return {p.out, q.out};
 }
 
 DTR_REGISTER_KERNEL("grouped_mm", DeviceType::CPU, k_grouped_mm);
+DTR_REGISTER_KERNEL("grouped_mm_pair", DeviceType::CPU, k_grouped_mm_pair);
 
 }  // namespace
 }  // namespace dtr

@@ -46,7 +46,15 @@ std::vector<Tensor> k_grouped_mm(const OpCall& c) {
   return {out};
 }
 
+/// {a1, b1, a2, b2} attrs {sizes} -> both products (a grouped_mm backward's dA and dB; the CPU
+/// kernel runs them in one parallel region, here they are two calls on the stream).
+std::vector<Tensor> k_grouped_mm_pair(const OpCall& c) {
+  const Tensor d0 = k_grouped_mm(OpCall{c.op, {c.inputs[0], c.inputs[1]}, c.attrs}).at(0);
+  return {d0, k_grouped_mm(OpCall{c.op, {c.inputs[2], c.inputs[3]}, c.attrs}).at(0)};
+}
+
 DTR_REGISTER_KERNEL("grouped_mm", DeviceType::CUDA, k_grouped_mm);
+DTR_REGISTER_KERNEL("grouped_mm_pair", DeviceType::CUDA, k_grouped_mm_pair);
 
 }  // namespace
 }  // namespace dtr
