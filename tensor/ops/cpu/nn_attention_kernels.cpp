@@ -16,7 +16,8 @@
 // range), so each block product runs once per kv head with group x 64 rows. The forward computes
 // the scores transposed (sT = k q^T: each query's running max / sum is a lane of the column-wise
 // passes, P^T is read in place as the A of P v); the backward reads k and v as k^T / v^T
-// (transposed_heads, once per call) so that every B operand has unit stride.
+// (transposed_head, once per call) so that every B operand has unit stride. Scratch buffers are
+// per thread and kept across calls (scratch()).
 // Forward work items: (batch, kv head, query block), in parallel; with fewer than
 // kMinForwardItems of them, fewer heads per item (a divisor of the group).
 // Backward work items: (batch, kv head[, query chunk]), in parallel; each owns the dq rows of
@@ -257,7 +258,7 @@ void exp_shift_inplace(T* x, T shift, int64_t n) {
   }
 }
 
-/// Per-thread buffer reused by the work items of one parallel loop (grown, never shrunk).
+/// Scratch buffer of one thread (grown, never shrunk).
 template <class T>
 struct Buffer {
   std::vector<T> v;
@@ -267,21 +268,25 @@ struct Buffer {
   }
 };
 
-/// Row stride of transposed_heads' rows: S + 16, so that the rows of a block (a 32-key strip read
+/// The calling thread's scratch buffer `slot` (0-3), kept across calls: the work items' blocks,
+/// k^T / v^T of a kv head and dk / dv accumulators need no allocation (nor the page faults of a
+/// fresh one: ~3% of a seq-256 call) after the first call. A thread holds up to its largest
+/// call's (about 4 x S x D floats for the backward).
+template <class T>
+Buffer<T>& scratch(int slot) {
+  thread_local Buffer<T> bufs[4];
+  return bufs[slot];
+}
+
+/// Row stride of transposed_head's rows: S + 16, so that the rows of a block (a 32-key strip read
 /// over D rows) do not all fall into the same L1 sets when S * 4 bytes is a multiple of 4 KB.
 int64_t transposed_ld(int64_t S) { return S + 16; }
 
-/// k^T of every (batch row, head) of a [B, H, S, D] tensor: [B * H, D, transposed_ld(S)], so that
-/// each block product reads k (and v) with unit stride along the keys for every query block.
+/// dst[d * transposed_ld(S) + j] = x[b, h, j, d]: k^T (or v^T) of one (batch row, kv head), so that
+/// the block products read k and v with unit stride along the keys for every query block.
 template <class T>
-Tensor transposed_heads(const Heads<const T>& X, int64_t B, int64_t H, int64_t S, int64_t D, DType dt) {
-  const int64_t ld = transposed_ld(S);
-  Tensor t = empty({B * H, D, ld}, TensorOptions(dt));
-  T* p = static_cast<T*>(t.data_ptr());
-#pragma omp parallel for schedule(static) if (B * H > 1 && B * H * S * D >= cpu::kParallelGrain)
-  for (int64_t bh = 0; bh < B * H; ++bh)
-    transpose_rows<T>([&](int64_t j) { return X.at(bh / H, bh % H, j); }, S, D, T(1), p + bh * D * ld, ld);
-  return t;
+void transposed_head(const Heads<const T>& X, int64_t b, int64_t h, int64_t S, int64_t D, T* dst) {
+  transpose_rows<T>([&](int64_t j) { return X.at(b, h, j); }, S, D, T(1), dst, transposed_ld(S));
 }
 
 /// Forward work items below which fewer query heads are stacked per item (each item then takes
@@ -499,8 +504,8 @@ void sdpa_forward(const Tensor& q, const Tensor& k, const Tensor& v, Tensor& out
   });
 #pragma omp parallel if (items > 1 && B * Hq * T_ * S * D >= cpu::kParallelGrain)
   {
-    Buffer<T> buf;  // this thread's scratch, reused by its items
-    Buffer<int32_t> kmask;
+    Buffer<T>& buf = scratch<T>(0);
+    Buffer<int32_t>& kmask = scratch<int32_t>(0);
     const ForwardItem<T> item{Q, K, V, O, static_cast<T*>(lse.data_ptr()), mk, Hq, T_, S, D, Dv, static_cast<T>(scale)};
 #pragma omp for schedule(dynamic)
     for (int64_t idx = 0; idx < items; ++idx) {
@@ -602,8 +607,8 @@ struct BackwardBlock {
   int64_t T_, S, D, Dv, group;
   T sc;
 
-  void run(int64_t b, int64_t hk, int64_t i0, int64_t n, const T* kt, const T* vt, T* dK, T* dV, Buffer<T>& buf,
-           Buffer<int32_t>& rmask) const {
+  void run(int64_t b, int64_t hk, int64_t i0, int64_t n, const T* kt, const T* vt, T* dK, int64_t ldk, T* dV,
+           int64_t ldv, Buffer<T>& buf, Buffer<int32_t>& rmask) const {
     const int64_t rows = group * n, nbmax = std::min<int64_t>(kBlockKBackward, S), h0 = hk * group;
     T* qs = buf.get(rows * D + rows * Dv + 2 * rows * nbmax + rows * D + 2 * rows);
     T *gs = qs + rows * D, *s = gs + rows * Dv, *dp = s + rows * nbmax;
@@ -638,11 +643,11 @@ struct BackwardBlock {
         att::block_gemm(rows, nb, D, qs, D, 1, kt + j0, ldt, s, nb, false, ProbabilityEpilogue{lrow, elo, ehi},
                         att::RowRanges{blo, bhi, nb, D, false, true, 0.0f});  // P = exp((q * scale) k^T - lse)
         if (bm == BlockMask::partial && mk.q_doc) zero_other_documents(s, b, i0, j0, nb, rows);
-        att::block_gemm(nb, Dv, rows, s, 1, nb, gs, Dv, dV + j0 * Dv, Dv, true, att::NoEpilogue{},
+        att::block_gemm(nb, Dv, rows, s, 1, nb, gs, Dv, dV + j0 * ldv, ldv, true, att::NoEpilogue{},
                         att::ColumnRanges{blo, bhi, rows, Dv});  // dv += P^T g
         att::block_gemm(rows, nb, Dv, gs, Dv, 1, vt + j0, ldt, s, nb, false, DsEpilogue{di},
                         att::RowRanges{blo, bhi, nb, Dv});  // s = dS = P (g v^T - di)
-        att::block_gemm(nb, D, rows, s, 1, nb, qs, D, dK + j0 * D, D, true, att::NoEpilogue{},
+        att::block_gemm(nb, D, rows, s, 1, nb, qs, D, dK + j0 * ldk, ldk, true, att::NoEpilogue{},
                         att::ColumnRanges{blo, bhi, rows, D});  // dk += dS^T (q * scale)
         att::block_gemm(rows, D, nb, s, nb, 1, K.at(b, hk, j0), K.sl, dqb, D, !first, att::NoEpilogue{},
                         att::RowRanges{blo, bhi, D, nb, true});  // dq (+)= dS k (scaled below)
@@ -653,7 +658,7 @@ struct BackwardBlock {
       {
         block_mm<T>(rows, nb, D, qs, D, 1, kt + j0, ldt, 1, s, false);  // s = (q * scale) k^T
         for (int64_t c = 0; c < rows; ++c) probabilities(s + c * nb, b, i0 + c / group, j0, nb, bm, lrow[c]);
-        block_mm<T>(nb, Dv, rows, s, 1, nb, gs, Dv, 1, dV + j0 * Dv, true);  // dv += P^T g
+        block_mm<T>(nb, Dv, rows, s, 1, nb, gs, Dv, 1, dV + j0 * ldv, true);  // dv += P^T g (ldv == Dv here)
         block_mm<T>(rows, nb, Dv, gs, Dv, 1, vt + j0, ldt, 1, dp, false);    // dP = g v^T
         for (int64_t c = 0; c < rows; ++c) {                                 // s = dS = P (dP - di)
           T* sr = s + c * nb;
@@ -662,7 +667,7 @@ struct BackwardBlock {
           for (int64_t j = 0; j < nb; ++j) sr[j] *= dr[j] - dc;
         }
       }
-      block_mm<T>(nb, D, rows, s, 1, nb, qs, D, 1, dK + j0 * D, true);            // dk += dS^T (q * scale)
+      block_mm<T>(nb, D, rows, s, 1, nb, qs, D, 1, dK + j0 * ldk, true);          // dk += dS^T (q * scale)
       block_mm<T>(rows, D, nb, s, nb, 1, K.at(b, hk, j0), K.sl, 1, dqb, !first);  // dq (+)= dS k (scaled below)
       first = false;
     });
@@ -711,12 +716,15 @@ void sdpa_backward(const Tensor& g, const Tensor& q, const Tensor& k, const Tens
   const int64_t Hkv = k.size(1), S = k.size(2), Dv = v.size(3), group = Hkv > 0 ? Hq / Hkv : 1;  // 0 heads: empty shard
   const Heads<const T> Q(q), K(k), V(v), G(g), O(o);
   const Heads<T> dQh(dq), dKh(dk), dVh(dv);
-  // dk / dv of a kv head are accumulated over its query blocks by the GEMM, whose C is row-major
-  // with row stride D (Dv): in place when the output has that row stride, else in a buffer of
-  // the work item copied out at its end.
-  const bool dk_direct = dk.stride(2) == D, dv_direct = dv.stride(2) == Dv;
-  const Tensor kt = transposed_heads<T>(K, B, Hkv, S, D, q.dtype()), vt = transposed_heads<T>(V, B, Hkv, S, Dv, q.dtype());
-  const T *ktp = static_cast<const T*>(kt.data_ptr()), *vtp = static_cast<const T*>(vt.data_ptr());
+  // dk / dv of a kv head are accumulated over its query blocks by the block products: in place
+  // (f32 AVX-512 tiles: any row stride; cpu::gemm: row stride D / Dv), else in a buffer of the
+  // work item copied out at its end.
+#if defined(__AVX512F__)
+  constexpr bool any_stride = std::is_same_v<T, float>;
+#else
+  constexpr bool any_stride = false;
+#endif
+  const bool dk_direct = any_stride || dk.stride(2) == D, dv_direct = any_stride || dv.stride(2) == Dv;
   const BackwardBlock<T> block{Q, K, G, O, dQh, static_cast<const T*>(lse.data_ptr()), lse.stride(0), lse.stride(1),
                                lse.stride(2), mk, T_, S, D, Dv, group, static_cast<T>(scale)};
   const int64_t kv_items = B * Hkv, nqb = (T_ + kBlockQ - 1) / kBlockQ;
@@ -734,6 +742,15 @@ void sdpa_backward(const Tensor& g, const Tensor& q, const Tensor& k, const Tens
         keys += visible_keys(mk, kBlockKBackward, it / split / Hkv, i0, std::min(T_, i0 + kBlockQ) - i0);
     return keys;
   });
+  // k^T, v^T of every kv head ([kv item][D + Dv][transposed_ld(S)]) in the calling thread's scratch
+  // slot 1 (the workers use slots 0, 2, 3), read by all the items.
+  T* kvt = scratch<T>(1).get(kv_items * (D + Dv) * transposed_ld(S));
+#pragma omp parallel for schedule(static) if (kv_items > 1 && kv_items * S * D >= cpu::kParallelGrain)
+  for (int64_t kvi = 0; kvi < kv_items; ++kvi) {
+    T* kt = kvt + kvi * (D + Dv) * transposed_ld(S);
+    transposed_head(K, kvi / Hkv, kvi % Hkv, S, D, kt);
+    transposed_head(V, kvi / Hkv, kvi % Hkv, S, Dv, kt + D * transposed_ld(S));
+  }
   auto part = [&](std::vector<Mat<T>>& parts, int64_t kvi, int64_t r, int64_t cols) {  // chunk r > 0's buffer
     Mat<T>& m = parts[kvi * (split - 1) + r - 1];
     m.resize(S, cols);
@@ -741,8 +758,8 @@ void sdpa_backward(const Tensor& g, const Tensor& q, const Tensor& k, const Tens
   };
 #pragma omp parallel if (items > 1 && B * Hq * T_ * S * D >= cpu::kParallelGrain)
   {
-    Buffer<T> buf, own_dk, own_dv;  // this thread's scratch, reused by its items
-    Buffer<int32_t> rmask;
+    Buffer<T>&buf = scratch<T>(0), &own_dk = scratch<T>(2), &own_dv = scratch<T>(3);
+    Buffer<int32_t>& rmask = scratch<int32_t>(0);
 #pragma omp for schedule(dynamic)
     for (int64_t idx = 0; idx < items; ++idx) {
       const int64_t it = order[idx];
@@ -750,11 +767,15 @@ void sdpa_backward(const Tensor& g, const Tensor& q, const Tensor& k, const Tens
       const bool k_out = r == 0 && dk_direct, v_out = r == 0 && dv_direct;  // accumulate in the output
       T* dK = k_out ? dKh.at(b, hk, 0) : r == 0 ? own_dk.get(S * D) : part(part_dk, kvi, r, D);
       T* dV = v_out ? dVh.at(b, hk, 0) : r == 0 ? own_dv.get(S * Dv) : part(part_dv, kvi, r, Dv);
-      std::fill(dK, dK + S * D, T(0));
-      std::fill(dV, dV + S * Dv, T(0));
-      const T *ktb = ktp + kvi * D * transposed_ld(S), *vtb = vtp + kvi * Dv * transposed_ld(S);
+      const int64_t ldk = k_out ? dKh.sl : D, ldv = v_out ? dVh.sl : Dv;
+      for (int64_t j = 0; j < S; ++j) {
+        std::fill(dK + j * ldk, dK + j * ldk + D, T(0));
+        std::fill(dV + j * ldv, dV + j * ldv + Dv, T(0));
+      }
+      const T* ktb = kvt + kvi * (D + Dv) * transposed_ld(S);
+      const T* vtb = ktb + D * transposed_ld(S);
       for (int64_t i0 = 0; i0 < T_; i0 += kBlockQ)
-        if (query_chunk(i0 / kBlockQ, split) == r) block.run(b, hk, i0, std::min(T_, i0 + kBlockQ) - i0, ktb, vtb, dK, dV, buf, rmask);
+        if (query_chunk(i0 / kBlockQ, split) == r) block.run(b, hk, i0, std::min(T_, i0 + kBlockQ) - i0, ktb, vtb, dK, ldk, dV, ldv, buf, rmask);
       if (r == 0 && !dk_direct) MMap<T>(dKh.at(b, hk, 0), S, D, Eigen::OuterStride<>(dKh.sl)) = CMap<T>(dK, S, D, Eigen::OuterStride<>(D));
       if (r == 0 && !dv_direct) MMap<T>(dVh.at(b, hk, 0), S, Dv, Eigen::OuterStride<>(dVh.sl)) = CMap<T>(dV, S, Dv, Eigen::OuterStride<>(Dv));
     }
