@@ -105,6 +105,11 @@ Tensor grouped_linear(const Tensor& x, const Shape& counts, const Tensor& w, con
 /// Experts' SwiGLU MLP on rows sorted by expert; row_weights (undefined: none) scale each row's
 /// hidden activations before the down projection.
 Tensor expert_mlp(const Tensor& x, const Shape& counts, const ExpertWeights& w, const Tensor& row_weights) {
+  // Without LoRA the gate_up GEMM and the weighted SwiGLU are one op (each row block's SwiGLU
+  // right after its GEMM, while it is in the cache; the same values and backward).
+  if (row_weights.defined() && !w.a1.defined())
+    return grouped_linear(grouped_mm_swiglu(x, w.w1.transpose(1, 2), counts, row_weights), counts, w.w2, w.a2, w.b2,
+                          w.scale);
   const Tensor gu = grouped_linear(x, counts, w.w1, w.a1, w.b1, w.scale);
   return grouped_linear(row_weights.defined() ? swiglu_weighted(gu, row_weights) : swiglu(gu), counts, w.w2, w.a2, w.b2,
                         w.scale);

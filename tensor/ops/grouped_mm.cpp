@@ -16,6 +16,7 @@
 #include "tensor/autograd/node.h"
 #include "tensor/dispatch.h"
 #include "tensor/ops.h"
+#include "tensor/ops/grouped_mm.h"
 #include "tensor/ops/shape.h"
 
 namespace dtr {
@@ -24,7 +25,7 @@ namespace {
 bool column_major(const Tensor& b) { return b.stride(1) == 1 && b.size(1) > 1 && b.size(2) > 1; }
 }  // namespace
 
-Tensor grouped_mm(const Tensor& a, const Tensor& b, const Shape& group_sizes) {
+void check_grouped_mm(const Tensor& a, const Tensor& b, const Shape& group_sizes) {
   DTR_CHECK(a.dim() == 2 && (b.dim() == 3 || b.dim() == 2), "grouped_mm: expected a 2-d and b 3-d ([T, K] x [G, K, N]) ",
             "or both 2-d ([K, T] x [T, N]), got ", a.sizes(), " and ", b.sizes());
   check_same_dtype(a, b, "grouped_mm");
@@ -48,8 +49,10 @@ Tensor grouped_mm(const Tensor& a, const Tensor& b, const Shape& group_sizes) {
     DTR_CHECK(total == a.size(1), "grouped_mm: group sizes ", group_sizes, " sum to ", total, " but the shared dim of a ",
               a.sizes(), " and b ", b.sizes(), " is ", a.size(1));
   }
-  static const OpDef* op = op_def("grouped_mm");
-  Tensor out = dispatch1(OpCall{op, {a, b}, {group_sizes}});
+}
+
+Tensor grouped_mm_with_grad(const Tensor& a, const Tensor& b, const Shape& group_sizes, Tensor out) {
+  const bool three = b.dim() == 3;
   if (needs_grad({a, b}))
     record("grouped_mm", {a, b}, out,
            [sa = SavedTensor(a), sb = SavedTensor(b), group_sizes, three](const std::vector<Tensor>& g,
@@ -80,6 +83,12 @@ Tensor grouped_mm(const Tensor& a, const Tensor& b, const Shape& group_sizes) {
              return std::vector<Tensor>{da, db};
            });
   return out;
+}
+
+Tensor grouped_mm(const Tensor& a, const Tensor& b, const Shape& group_sizes) {
+  check_grouped_mm(a, b, group_sizes);
+  static const OpDef* op = op_def("grouped_mm");
+  return grouped_mm_with_grad(a, b, group_sizes, dispatch1(OpCall{op, {a, b}, {group_sizes}}));
 }
 
 }  // namespace dtr

@@ -13,10 +13,13 @@
 // "geglu_backward" {g, gate, up} -> {dgate, dup}): Gemma's MLP gating in two passes where
 // gelu, mul and their backwards (gelu_backward, two muls) took five. swiglu_weighted(gate_up,
 // weights) is the joined form with each row scaled by its weight ("swiglu_weighted",
-// "swiglu_weighted_backward" {g, gate_up, weights} -> {d gate_up, d weights}).
+// "swiglu_weighted_backward" {g, gate_up, weights} -> {d gate_up, d weights}). grouped_mm_swiglu
+// computes a grouped_mm and the weighted SwiGLU of its rows in one op ("grouped_mm_swiglu"
+// {x, w, weights} attrs {sizes} -> {gate_up, h}) and records the two ops' autograd nodes.
 #include "tensor/autograd/node.h"
 #include "tensor/dispatch.h"
 #include "tensor/ops.h"
+#include "tensor/ops/grouped_mm.h"
 #include "tensor/ops/nn_swiglu.h"
 
 namespace dtr {
@@ -63,7 +66,9 @@ Tensor swiglu(const Tensor& gate_up) {
   return out;
 }
 
-Tensor swiglu_weighted(const Tensor& gate_up, const Tensor& weights) {
+namespace {
+
+void check_swiglu_weighted(const Tensor& gate_up, const Tensor& weights) {
   DTR_CHECK(gate_up.dim() >= 1 && gate_up.size(-1) > 0 && gate_up.size(-1) % 2 == 0, "swiglu_weighted: gate_up ",
             gate_up.sizes(), " must have an even, non-zero last dim (gate half, then up half)");
   DTR_CHECK(is_floating(gate_up.dtype()), "swiglu_weighted: gate_up must be floating, got ", gate_up.dtype());
@@ -71,8 +76,10 @@ Tensor swiglu_weighted(const Tensor& gate_up, const Tensor& weights) {
                 Shape(gate_up.sizes().begin(), gate_up.sizes().end() - 1) == weights.sizes(),
             "swiglu_weighted: weights ", weights.sizes(), " ", weights.dtype(), " (expected gate_up ", gate_up.sizes(),
             "'s leading dims, ", gate_up.dtype(), ")");
-  static const OpDef* op = op_def("swiglu_weighted");
-  Tensor out = dispatch1(OpCall{op, {gate_up, weights}, {}});
+}
+
+/// `out` (the value of swiglu_weighted(gate_up, weights)) as the output of its autograd node.
+Tensor swiglu_weighted_with_grad(const Tensor& gate_up, const Tensor& weights, Tensor out) {
   if (needs_grad({gate_up, weights})) {
     record("swiglu_weighted", {gate_up, weights}, out,
            [sx = SavedTensor(gate_up), sw = SavedTensor(weights)](const std::vector<Tensor>& g,
@@ -84,6 +91,26 @@ Tensor swiglu_weighted(const Tensor& gate_up, const Tensor& weights) {
            });
   }
   return out;
+}
+
+}  // namespace
+
+Tensor swiglu_weighted(const Tensor& gate_up, const Tensor& weights) {
+  check_swiglu_weighted(gate_up, weights);
+  static const OpDef* op = op_def("swiglu_weighted");
+  return swiglu_weighted_with_grad(gate_up, weights, dispatch1(OpCall{op, {gate_up, weights}, {}}));
+}
+
+Tensor grouped_mm_swiglu(const Tensor& x, const Tensor& w, const Shape& group_sizes, const Tensor& weights) {
+  check_grouped_mm(x, w, group_sizes);
+  DTR_CHECK(w.dim() == 3 && w.size(2) > 0 && w.size(2) % 2 == 0, "grouped_mm_swiglu: w ", w.sizes(),
+            " (expected [G, K, 2I], I > 0: the 2x3 form)");
+  DTR_CHECK(weights.dim() == 1 && weights.size(0) == x.size(0) && weights.dtype() == x.dtype(),
+            "grouped_mm_swiglu: weights ", weights.sizes(), " ", weights.dtype(), " (expected [", x.size(0), "] ",
+            x.dtype(), ")");
+  static const OpDef* op = op_def("grouped_mm_swiglu");
+  const std::vector<Tensor> r = dispatch(OpCall{op, {x, w, weights}, {group_sizes}});
+  return swiglu_weighted_with_grad(grouped_mm_with_grad(x, w, group_sizes, r[0]), weights, r[1]);
 }
 
 }  // namespace dtr

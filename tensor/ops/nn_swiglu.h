@@ -20,6 +20,13 @@ Tensor swiglu(const Tensor& gate_up);
 /// Errors: an odd or empty last dim, weights of another shape or dtype, a non-floating dtype.
 Tensor swiglu_weighted(const Tensor& gate_up, const Tensor& weights);
 
+/// swiglu_weighted(grouped_mm(x, w, group_sizes), weights) with the SwiGLU of each row block
+/// computed right after its GEMM, while the block is in the cache (the experts' gate_up
+/// projection; x [T, K], w [G, K, 2I] (e.g. gate_up_proj.transpose(1, 2)), weights [T] -> [T, I]).
+/// The values and the autograd graph are those of the two calls (a grouped_mm node, then a
+/// swiglu_weighted node: the same backward, the same bits). Errors: those of the two calls.
+Tensor grouped_mm_swiglu(const Tensor& x, const Tensor& w, const Shape& group_sizes, const Tensor& weights);
+
 /// gelu(gate, approximate=tanh) * up, fused (Gemma's GeGLU MLP, HF gelu_pytorch_tanh): gate,
 /// up same shape, same floating dtype (no broadcasting). Computed as gate * sigmoid(2u),
 /// u = sqrt(2/pi) (gate + 0.044715 gate^3) (equal to 0.5 gate (1 + tanh(u))). Backward is one

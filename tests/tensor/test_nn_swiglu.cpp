@@ -183,6 +183,36 @@ TEST_CASE("swiglu_weighted(gate_up, w) equals swiglu(gate_up) * w, gradients inc
   CHECK_THROWS_WITH(swiglu_weighted(zeros({2, 3}), zeros({2})), Catch::Contains("even"));
 }
 
+TEST_CASE("grouped_mm_swiglu equals swiglu_weighted(grouped_mm(...)): values, gradients, bits", "[swiglu][grad]") {
+  manual_seed(17);
+  // f64 gradients by finite differences (x, the expert weights, the row weights; an empty group)
+  const Shape small{2, 0, 3};
+  CHECK(gradcheck(
+            [&](const std::vector<Tensor>& v) { return grouped_mm_swiglu(v[0], v[1].transpose(1, 2), small, v[2]); },
+            {leaf({5, 4}, -1, 1), leaf({3, 6, 4}, -1, 1), leaf({5}, 0, 1)}) == "");
+  // f32 at a layer-like size (skewed groups: one cut into pieces; empty groups): the bits of the
+  // two ops, forward and every gradient, on 1-3 threads
+  const Shape sizes{0, 9, 700, 40, 0, 16, 300};
+  const int64_t T = 1065;
+  const Tensor x = uniform({T, 64}, -1, 1), w1 = uniform({7, 96, 64}, -0.3, 0.3), rw = uniform({T}, 0, 1);
+  const Tensor g = randn({T, 48});
+  auto run = [&](bool fused) {
+    Tensor xl = x.clone().set_requires_grad(true), wl = w1.clone().set_requires_grad(true),
+           rl = rw.clone().set_requires_grad(true);
+    const Tensor h = fused ? grouped_mm_swiglu(xl, wl.transpose(1, 2), sizes, rl)
+                           : swiglu_weighted(grouped_mm(xl, wl.transpose(1, 2), sizes), rl);
+    sum(mul(h, g)).backward();
+    return std::vector<Tensor>{h.detach(), xl.grad(), wl.grad(), rl.grad()};
+  };
+  const std::vector<Tensor> a = run(true), b = run(false);
+  for (size_t i = 0; i < a.size(); ++i) CHECK(max_abs_diff(a[i], b[i]) == 0.0);
+  CHECK(dtr::testing::same_bits_on_threads([&] { return run(true); }) == "");
+  CHECK_THROWS_WITH(grouped_mm_swiglu(x, w1.transpose(1, 2), sizes, zeros({3})),
+                    Catch::Contains("grouped_mm_swiglu: weights [3]"));
+  CHECK_THROWS_WITH(grouped_mm_swiglu(x, w1.narrow(1, 0, 95).transpose(1, 2), sizes, rw), Catch::Contains("[7, 64, 95]"));
+  CHECK_THROWS_WITH(grouped_mm_swiglu(x, w1.transpose(1, 2), Shape{1, 2}, rw), Catch::Contains("grouped_mm"));
+}
+
 TEST_CASE("swiglu at large |gate| stays finite", "[swiglu]") {
   // exp(-gate) overflows (f32 beyond 88.7) for gate = -90: s -> 0, silu -> 0, no NaN.
   for (DType dt : {DType::f32, DType::f64}) {

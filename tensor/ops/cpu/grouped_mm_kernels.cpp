@@ -12,7 +12,8 @@
 // small-m path is for m <= 8) and, as the f32 GEMM's per-element sums do not depend on how rows
 // are split, f32 results are bitwise independent of the thread count. Below kGroupParallelWork (group_pieces.h)
 // FLOPs the groups run in turn. Groups of size 0 give zero rows (2x3) or a zero [K, N] block (2x2).
-// grouped_mm_pair runs the two products of a backward (dA, dB) through one such queue.
+// grouped_mm_pair runs the two products of a backward (dA, dB) through one such queue;
+// grouped_mm_swiglu follows each piece's GEMM with the weighted SwiGLU of its rows.
 #include <algorithm>
 
 #include "tensor/dispatch.h"
@@ -20,6 +21,7 @@
 #include "tensor/ops/cpu/gemm.h"
 #include "tensor/ops/cpu/group_pieces.h"
 #include "tensor/ops/cpu/loops.h"
+#include "tensor/ops/cpu/swiglu_rows.h"
 
 namespace dtr {
 namespace {
@@ -118,7 +120,34 @@ std::vector<Tensor> k_grouped_mm_pair(const OpCall& c) {
   return {p.out, q.out};
 }
 
+/// {x [T, K], w [G, K, 2I], weights [T]} attrs {sizes} -> {gate_up = grouped_mm(x, w) [T, 2I],
+/// h = swiglu_weighted(gate_up, weights) [T, I]}: each piece's rows of h computed right after
+/// its GEMM wrote them (a piece's [rows, 2I] block is still in the cache; the separate SwiGLU
+/// pass read all of gate_up back from memory). Same pieces and GEMMs as grouped_mm, the SwiGLU
+/// kernel's row loop: the bits of the two ops.
+std::vector<Tensor> k_grouped_mm_swiglu(const OpCall& c) {
+  const GroupedProduct p(c.inputs[0], c.inputs[1], c.shape(0));
+  const Tensor w = c.inputs[2].is_contiguous() ? c.inputs[2] : contiguous(c.inputs[2].detach());
+  const int64_t T = p.out.size(0), I = p.N / 2;
+  DTR_CHECK(p.three && p.N % 2 == 0 && w.dim() == 1 && w.size(0) == T && w.dtype() == p.a.dtype(),
+            "grouped_mm_swiglu: w ", c.inputs[1].sizes(), " and weights ", w.sizes(), " ", w.dtype(),
+            " (expected [G, K, 2I] and [", T, "] ", p.a.dtype(), ")");
+  Tensor h = empty({T, I}, TensorOptions(p.a.dtype()));
+  cpu::dispatch_floating(p.a.dtype(), "grouped_mm_swiglu", [&](auto tag) {
+    using U = decltype(tag);
+    const U* pgu = static_cast<const U*>(p.out.data_ptr());
+    const U* pw = static_cast<const U*>(w.data_ptr());
+    U* ph = static_cast<U*>(h.data_ptr());
+    cpu::for_group_pieces(p.rows, p.cost, p.flops, [&](int64_t g, int64_t r0, int64_t r1) {
+      p.piece<U>(g, r0, r1);
+      cpu::swiglu_weighted_rows<U>(pgu, pw, ph, p.offs[g] + r0, p.offs[g] + r1, I);
+    });
+  });
+  return {p.out, h};
+}
+
 DTR_REGISTER_KERNEL("grouped_mm", DeviceType::CPU, k_grouped_mm);
+DTR_REGISTER_KERNEL("grouped_mm_swiglu", DeviceType::CPU, k_grouped_mm_swiglu);
 DTR_REGISTER_KERNEL("grouped_mm_pair", DeviceType::CPU, k_grouped_mm_pair);
 
 }  // namespace

@@ -28,6 +28,7 @@
 #include "tensor/dispatch.h"
 #include "tensor/ops.h"
 #include "tensor/ops/cpu/loops.h"
+#include "tensor/ops/cpu/swiglu_rows.h"
 #include "tensor/ops/cpu/vec.h"
 
 namespace dtr {
@@ -284,6 +285,30 @@ WeightedRows weighted_rows(const Tensor& gate_up, const Tensor& w, const char* o
   return {contig(gate_up), contig(w), I, gate_up.numel() / (2 * I)};
 }
 
+}  // namespace
+
+template <class T>
+void cpu::swiglu_weighted_rows(const T* gu, const T* w, T* h, int64_t r0, int64_t r1, int64_t I) {
+  for (int64_t r = r0; r < r1; ++r) {
+    const T* x = gu + r * 2 * I;
+    T* o = h + r * I;
+    if constexpr (std::is_same_v<T, float>) {
+      using namespace Eigen::internal;
+      using P = cpu::vec::detail::Packet;
+      const P wv = pset1<P>(w[r]);
+      packet_loop<2, 1>({x, x + I}, {o}, 0, I, [&](const auto& i, const auto& q) {
+        pstoreu(q[0], pmul(pmul(Silu::act_packet(ploadu<P>(i[0])), ploadu<P>(i[1])), wv));
+      });
+    } else {
+      for (int64_t j = 0; j < I; ++j) o[j] = Silu::act(x[j]) * x[I + j] * w[r];
+    }
+  }
+}
+template void cpu::swiglu_weighted_rows<float>(const float*, const float*, float*, int64_t, int64_t, int64_t);
+template void cpu::swiglu_weighted_rows<double>(const double*, const double*, double*, int64_t, int64_t, int64_t);
+
+namespace {
+
 /// {gate_up [.., 2I], w [..]} -> w * silu(gate) * up [.., I] (row r scaled by w[r]).
 std::vector<Tensor> k_swiglu_weighted(const OpCall& c) {
   const WeightedRows in = weighted_rows(c.inputs[0], c.inputs[1], "swiglu_weighted");
@@ -296,22 +321,7 @@ std::vector<Tensor> k_swiglu_weighted(const OpCall& c) {
     const T* px = static_cast<const T*>(in.gu.data_ptr());
     const T* pw = static_cast<const T*>(in.w.data_ptr());
     T* po = static_cast<T*>(out.data_ptr());
-    for_row_blocks(in.R, 2 * I, [&](int64_t r0, int64_t r1) {
-      for (int64_t r = r0; r < r1; ++r) {
-        const T* x = px + r * 2 * I;
-        T* o = po + r * I;
-        if constexpr (std::is_same_v<T, float>) {
-          using namespace Eigen::internal;
-          using P = cpu::vec::detail::Packet;
-          const P wv = pset1<P>(pw[r]);
-          packet_loop<2, 1>({x, x + I}, {o}, 0, I, [&](const auto& i, const auto& q) {
-            pstoreu(q[0], pmul(pmul(Silu::act_packet(ploadu<P>(i[0])), ploadu<P>(i[1])), wv));
-          });
-        } else {
-          for (int64_t j = 0; j < I; ++j) o[j] = Silu::act(x[j]) * x[I + j] * pw[r];
-        }
-      }
-    });
+    for_row_blocks(in.R, 2 * I, [&](int64_t r0, int64_t r1) { cpu::swiglu_weighted_rows<T>(px, pw, po, r0, r1, I); });
   });
   return {out};
 }

@@ -53,7 +53,16 @@ std::vector<Tensor> k_grouped_mm_pair(const OpCall& c) {
   return {d0, k_grouped_mm(OpCall{c.op, {c.inputs[2], c.inputs[3]}, c.attrs}).at(0)};
 }
 
+/// {x, w, weights} attrs {sizes} -> {gate_up = grouped_mm(x, w), swiglu_weighted(gate_up, weights)}
+/// (the CPU kernel fuses the SwiGLU into each GEMM piece; here the two kernels in turn).
+std::vector<Tensor> k_grouped_mm_swiglu(const OpCall& c) {
+  const Tensor gu = k_grouped_mm(OpCall{c.op, {c.inputs[0], c.inputs[1]}, c.attrs}).at(0);
+  static const OpDef* sw = op_def("swiglu_weighted");
+  return {gu, dispatch1(OpCall{sw, {gu, c.inputs[2]}, {}})};
+}
+
 DTR_REGISTER_KERNEL("grouped_mm", DeviceType::CUDA, k_grouped_mm);
+DTR_REGISTER_KERNEL("grouped_mm_swiglu", DeviceType::CUDA, k_grouped_mm_swiglu);
 DTR_REGISTER_KERNEL("grouped_mm_pair", DeviceType::CUDA, k_grouped_mm_pair);
 
 }  // namespace
