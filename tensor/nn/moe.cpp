@@ -21,12 +21,11 @@ Tensor index_tensor(const std::vector<int64_t>& v, Device device) {
 
 }  // namespace
 
-/// Routing of N tokens: the top-k experts of each (ties: lower index first), the order of the
-/// token copies sorted by expert and its inverse.
+/// Routing of N tokens: the top-k experts of each (ties: lower index first) and the sorted
+/// position of each token copy.
 struct MoERouting {
   std::vector<int64_t> score_index;  // [N*k]: t * E + e of slot t*k + j (into the flat scores)
   std::vector<int64_t> slot_position;  // [N*k]: sorted position of slot s
-  std::vector<int64_t> sorted_slot;    // [N*k]: slot of sorted position p (the inverse)
   Shape counts;                        // [E]
 };
 
@@ -77,12 +76,10 @@ MoERouting route_on_host(const Tensor& scores, int64_t k) {
   std::vector<int64_t> next(E, 0);
   for (int64_t e = 1; e < E; ++e) next[e] = next[e - 1] + r.counts[e - 1];
   r.slot_position.resize(N * k);
-  r.sorted_slot.resize(N * k);
   for (int64_t slot = 0; slot < N * k; ++slot) {
     const int64_t e = r.score_index[slot] % E;
     const int64_t p = next[e]++;
     r.slot_position[slot] = p;
-    r.sorted_slot[p] = slot;
   }
   return r;
 }
@@ -276,8 +273,9 @@ Tensor MoE::forward(const Tensor& x) {
   if (experts()->dispatcher()) {
     out = moe_unpermute(experts()->call_list({xs, counts}).at(0), slot_position, w);
   } else {
-    const Tensor ws =
-        reshape(embedding(index_tensor(r.sorted_slot, x.device()), reshape(w, {N * k, 1})), {N * k});  // [N*k]
+    // The weights in sorted order: moe_permute of the [N k] slots with k = 1 (a permutation both
+    // ways: its backward is a gather too, no zero-filled scatter).
+    const Tensor ws = reshape(moe_permute(reshape(w, {N * k, 1}), slot_position, 1), {N * k});
     out = moe_unpermute(experts()->call_list({xs, counts, ws}).at(0), slot_position, k);
   }
 
