@@ -56,8 +56,9 @@ namespace {
 
 constexpr int64_t kBlockQ = 64;
 // Keys per block: 256 in the forward (at T = 256 one block per query block, no rescaling of the
-// accumulator; single-thread A/B at [4, 9/3, 256, 64]: median 6.69 -> 6.35 ms vs 128), 128 in the
-// backward (256 was no faster there and doubles its two score buffers).
+// accumulator), 128 in the backward. Re-measured with the register tiles (in-process A/B, 1
+// thread, 2026-12-02): forward 128 keys x0.98 at [4, 9/3, 256, 64] but x1.02-1.07 at
+// [1, 9/3, 2048, 64]; backward 64 keys x0.98 and 256 keys x1.00 at both: kept.
 constexpr int64_t kBlockKForward = 256;
 constexpr int64_t kBlockKBackward = 128;
 
