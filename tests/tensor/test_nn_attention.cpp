@@ -99,11 +99,12 @@ TEST_CASE("sdpa f32 kernels (dtr's GEMM per block) match the f64 naive reference
   struct Case { int64_t B, Hq, Hkv, T, S, D; bool causal; int64_t window; };
   // Also the blocks' causal bounds (row tiles whose keys end inside a block, key tiles seen by
   // only some rows): D = 64 over several key blocks (forward 256, backward 128 keys), T > S
-  // (queries without keys), a window with T != S.
+  // (queries without keys), a window with T != S; 32 kv heads x batch rows, whose k^T / v^T
+  // (1.2 MB) the backward keeps in a tensor instead of the per-thread scratch.
   for (const Case& c : {Case{2, 6, 2, 70, 70, 16, true, 0}, Case{1, 4, 4, 130, 130, 8, false, 0},
                         Case{1, 3, 1, 100, 150, 12, true, 0}, Case{1, 2, 1, 90, 90, 8, true, 40},
                         Case{1, 4, 2, 300, 300, 64, true, 0}, Case{1, 2, 1, 150, 100, 64, true, 0},
-                        Case{1, 2, 2, 200, 260, 16, true, 50}}) {
+                        Case{1, 2, 2, 200, 260, 16, true, 50}, Case{4, 8, 8, 128, 128, 32, true, 0}}) {
     INFO("T=" << c.T << " S=" << c.S << " causal=" << c.causal << " window=" << c.window);
     auto view32 = [](int64_t B, int64_t H, int64_t L, int64_t D) { return randn({B, L, H, D}).transpose(1, 2); };
     Tensor q = view32(c.B, c.Hq, c.T, c.D).detach(), k = view32(c.B, c.Hkv, c.S, c.D).detach();

@@ -43,6 +43,7 @@
 #include <utility>
 #include <vector>
 
+#include "tensor/cpu_allocator.h"
 #include "tensor/dispatch.h"
 #include "tensor/ops.h"
 #include "tensor/ops/cpu/gemm.h"
@@ -270,9 +271,10 @@ struct Buffer {
 };
 
 /// The calling thread's scratch buffer `slot` (0-3), kept across calls: the work items' blocks,
-/// k^T / v^T of a kv head and dk / dv accumulators need no allocation (nor the page faults of a
-/// fresh one: ~3% of a seq-256 call) after the first call. A thread holds up to its largest
-/// call's (about 4 x S x D floats for the backward).
+/// small k^T / v^T and the dk / dv buffers of the non-AVX-512 path need no allocation (nor the
+/// page faults of a fresh one: ~3% of a seq-256 call) after the first call. A thread holds up to
+/// its largest call's: the blocks (a few hundred KB), < 1 MiB of k^T / v^T, and without AVX-512
+/// 2 x S x D floats of dk / dv.
 template <class T>
 Buffer<T>& scratch(int slot) {
   thread_local Buffer<T> bufs[4];
@@ -743,9 +745,19 @@ void sdpa_backward(const Tensor& g, const Tensor& q, const Tensor& k, const Tens
         keys += visible_keys(mk, kBlockKBackward, it / split / Hkv, i0, std::min(T_, i0 + kBlockQ) - i0);
     return keys;
   });
-  // k^T, v^T of every kv head ([kv item][D + Dv][transposed_ld(S)]) in the calling thread's scratch
-  // slot 1 (the workers use slots 0, 2, 3), read by all the items.
-  T* kvt = scratch<T>(1).get(kv_items * (D + Dv) * transposed_ld(S));
+  // k^T, v^T of every kv head ([kv item][D + Dv][transposed_ld(S)]), read by all the items: below
+  // the CPU allocator's cached size (cpu_allocator.h, 1 MiB: fresh pages every call) in the
+  // calling thread's scratch slot 1 (the workers use slots 0, 2, 3), else a tensor (a cached
+  // block, freed after the call: a large batch keeps no scratch of that size).
+  const int64_t kvt_len = kv_items * (D + Dv) * transposed_ld(S);
+  Tensor kvt_big;
+  T* kvt = nullptr;
+  if (kvt_len * static_cast<int64_t>(sizeof(T)) < static_cast<int64_t>(kCpuCacheMinBytes)) {
+    kvt = scratch<T>(1).get(kvt_len);
+  } else {
+    kvt_big = empty({kvt_len}, TensorOptions(q.dtype()));
+    kvt = static_cast<T*>(kvt_big.data_ptr());
+  }
 #pragma omp parallel for schedule(static) if (kv_items > 1 && kv_items * S * D >= cpu::kParallelGrain)
   for (int64_t kvi = 0; kvi < kv_items; ++kvi) {
     T* kt = kvt + kvi * (D + Dv) * transposed_ld(S);
