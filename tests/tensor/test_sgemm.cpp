@@ -31,15 +31,6 @@ enum class Layout { Row, Col, Strided };
 using GemmFn = void (*)(int64_t, int64_t, int64_t, const float*, int64_t, int64_t, const float*, int64_t, int64_t,
                         float*, int64_t, bool);
 
-/// sgemm with plain stores (the GemmFn signature: no stream_c argument).
-void sgemm_plain(int64_t m, int64_t n, int64_t k, const float* A, int64_t a_rs, int64_t a_cs, const float* B,
-                 int64_t b_rs, int64_t b_cs, float* C, int64_t ldc, bool acc) {
-  sgemm(m, n, k, A, a_rs, a_cs, B, b_rs, b_cs, C, ldc, acc);
-}
-
-/// The first 64-byte boundary at or after p (p's buffer has 16 floats to spare).
-float* aligned64(float* p) { return p + (16 - reinterpret_cast<uintptr_t>(p) / sizeof(float) % 16) % 16; }
-
 /// A rows x cols operand stored in `buf` with element (i, j) at i*rs + j*cs; unused slots are NaN
 /// so that reading outside the operand shows up in the result.
 struct Operand {
@@ -66,7 +57,7 @@ Operand make_operand(int64_t rows, int64_t cols, Layout l, int64_t pad, std::mt1
 /// Runs sgemm and checks every element against the double reference with the bound
 /// |err| <= (k + 2) * 2^-23 * (sum_p |a_ip||b_pj| + |c0_ij|); checks the ldc padding is untouched.
 void check_one(int64_t m, int64_t n, int64_t k, Layout la, Layout lb, bool acc, int64_t ldc_pad, std::mt19937& g,
-               GemmFn gemm = sgemm_plain) {
+               GemmFn gemm = sgemm) {
   INFO("m=" << m << " n=" << n << " k=" << k << " A layout " << int(la) << " B layout " << int(lb) << " acc " << acc
             << " ldc pad " << ldc_pad);
   const Operand A = make_operand(m, k, la, 3, g), B = make_operand(k, n, lb, 5, g);
@@ -74,7 +65,7 @@ void check_one(int64_t m, int64_t n, int64_t k, Layout la, Layout lb, bool acc, 
   // C starts on a 64-byte boundary, as dtr's large blocks do, so the rows of a large C whose
   // start is aligned take the non-temporal stores (glibc's vector storage is 16 bytes off).
   std::vector<float> cbuf(static_cast<size_t>(m * ldc) + 16);
-  float* C = aligned64(cbuf.data());
+  float* C = cbuf.data() + (16 - reinterpret_cast<uintptr_t>(cbuf.data()) / sizeof(float) % 16) % 16;
   std::uniform_real_distribution<float> u(-1.0f, 1.0f);
   for (int64_t i = 0; i < m * ldc; ++i) C[i] = u(g);
   const std::vector<float> C0(C, C + m * ldc);
@@ -201,33 +192,6 @@ TEST_CASE("sgemm: a row range of C computed alone has the bits of the whole prod
   }
 }
 
-TEST_CASE("sgemm's stream_c hint gives the bits of plain stores on every packed path", "[sgemm]") {
-  // Non-temporal stores of C where it is written once (one K block, not accumulating): row
-  // split with B in L2 (n 600) and with B column blocks (n 2500), column split (few rows), edge
-  // rows and columns, a C whose rows are not 64-byte aligned (ldc 1001: the unaligned vectors
-  // take plain stores), and the cases the hint does not change (several K blocks, accumulate).
-  if (!dtr::cpu::sgemm_available()) {
-    WARN("this build has no AVX-512 SGEMM (f32 GEMM runs on Eigen): nothing to test");
-    return;
-  }
-  std::mt19937 g(31);
-  struct Case { int64_t m, n, k, ldc; bool acc; };
-  for (const Case c : {Case{517, 600, 300, 600, false}, Case{300, 2500, 200, 2500, false}, Case{40, 3000, 96, 3000, false},
-                       Case{103, 1000, 64, 1001, false}, Case{200, 300, 1500, 300, false}, Case{130, 400, 500, 400, true}}) {
-    INFO("m " << c.m << " n " << c.n << " k " << c.k << " ldc " << c.ldc << " accumulate " << c.acc);
-    const Operand A = make_operand(c.m, c.k, Layout::Row, 0, g), B = make_operand(c.k, c.n, Layout::Col, 0, g);
-    // C at a 64-byte boundary (else no vector would be streamed), prefilled for the accumulate.
-    const size_t size = static_cast<size_t>(c.m * c.ldc);
-    std::vector<float> pbuf(size + 16), sbuf(size + 16);
-    float* plain = aligned64(pbuf.data());
-    float* streamed = aligned64(sbuf.data());
-    for (size_t i = 0; i < size; ++i) plain[i] = streamed[i] = static_cast<float>(i % 7) - 3.0f;
-    sgemm(c.m, c.n, c.k, A.buf.data(), A.rs, A.cs, B.buf.data(), B.rs, B.cs, plain, c.ldc, c.acc, false);
-    sgemm(c.m, c.n, c.k, A.buf.data(), A.rs, A.cs, B.buf.data(), B.rs, B.cs, streamed, c.ldc, c.acc, true);
-    CHECK(std::memcmp(plain, streamed, size * sizeof(float)) == 0);
-  }
-}
-
 TEST_CASE("sgemm propagates NaN and Inf on every path", "[sgemm]") {
   if (!dtr::cpu::sgemm_available()) {
     WARN("this build has no AVX-512 SGEMM (f32 GEMM runs on Eigen): nothing to test");
@@ -306,7 +270,7 @@ TEST_CASE("sgemm on 2-3 threads with a short last K block matches the reference"
     INFO("m=" << c.m << " n=" << c.n << " k=" << c.k);
     omp_set_num_threads(1);
     check_one(c.m, c.n, c.k, c.la, c.lb, false, 0, g);
-    check_same_bits_2_3_threads(sgemm_plain, c.m, c.n, c.k, make_operand(c.m, c.k, c.la, 1, g),
+    check_same_bits_2_3_threads(sgemm, c.m, c.n, c.k, make_operand(c.m, c.k, c.la, 1, g),
                                 make_operand(c.k, c.n, c.lb, 1, g), 60);
   }
   omp_set_num_threads(saved);

@@ -81,11 +81,11 @@ bool avx2_kernel_preferred(int64_t m, int64_t n, int64_t k) {
 
 template <class T>
 void gemm(int64_t m, int64_t n, int64_t k, const T* A, int64_t a_rs, int64_t a_cs, const T* B, int64_t b_rs,
-          int64_t b_cs, T* C, bool accumulate, bool stream_c) {
+          int64_t b_cs, T* C, bool accumulate) {
   if (m == 0 || n == 0) return;
   if constexpr (std::is_same_v<T, float>) {  // dtr's own SGEMM (sgemm.h, sgemm_avx2.h) unless Eigen is chosen
     switch (sgemm_kernel()) {
-      case SgemmKernel::avx512: sgemm(m, n, k, A, a_rs, a_cs, B, b_rs, b_cs, C, n, accumulate, stream_c); return;
+      case SgemmKernel::avx512: sgemm(m, n, k, A, a_rs, a_cs, B, b_rs, b_cs, C, n, accumulate); return;
       case SgemmKernel::avx2: sgemm_avx2(m, n, k, A, a_rs, a_cs, B, b_rs, b_cs, C, n, accumulate); return;
       case SgemmKernel::avx2_eigen:
         if (avx2_kernel_preferred(m, n, k)) {
@@ -107,8 +107,8 @@ void gemm(int64_t m, int64_t n, int64_t k, const T* A, int64_t a_rs, int64_t a_c
 }
 
 template void gemm<float>(int64_t, int64_t, int64_t, const float*, int64_t, int64_t, const float*, int64_t, int64_t,
-                          float*, bool, bool);
+                          float*, bool);
 template void gemm<double>(int64_t, int64_t, int64_t, const double*, int64_t, int64_t, const double*, int64_t, int64_t,
-                           double*, bool, bool);
+                           double*, bool);
 
 }  // namespace dtr::cpu

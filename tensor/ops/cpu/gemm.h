@@ -25,12 +25,10 @@ bool avx2_kernel_preferred(int64_t m, int64_t n, int64_t k);
 /// belong to a size-1 dim, otherwise the caller copies). C is row-major contiguous with row
 /// stride n. When `accumulate` C += A*B, else C = A*B. Parallel inside (OpenMP) unless called
 /// from an OpenMP parallel region. The f32 kernels' results do not depend on the thread count.
-/// stream_c: a hint, results unchanged: C is one piece of a large output the caches would not
-/// keep, written with non-temporal stores where the AVX-512 SGEMM writes it once (sgemm.h);
-/// ignored by the other kernels. The f32 kernel is sgemm_kernel(). Errors: dtr::Error when
-/// DTR_SGEMM names a kernel this build or CPU lacks.
+/// The f32 kernel is sgemm_kernel(). Errors: dtr::Error when DTR_SGEMM names a kernel this build
+/// or CPU lacks.
 template <class T>
 void gemm(int64_t m, int64_t n, int64_t k, const T* A, int64_t a_rs, int64_t a_cs, const T* B, int64_t b_rs,
-          int64_t b_cs, T* C, bool accumulate, bool stream_c = false);
+          int64_t b_cs, T* C, bool accumulate);
 
 }  // namespace dtr::cpu

@@ -188,11 +188,10 @@ void pack_a_panels(const Problem& P, int64_t pc, int64_t kc, int64_t kcb, int64_
 }
 
 /// How the K block at pc reaches C: added after the first block or when accumulating; else
-/// non-temporal stores when C is written once (one K block) and is larger than STREAM_BYTES or
-/// the caller asked for them (stream_c: C is one piece of a larger output).
+/// non-temporal stores when C is written once (one K block) and is larger than STREAM_BYTES.
 Put put_mode(const Problem& P, int64_t pc, int64_t nkb) {
   if (P.accumulate || pc > 0) return Put::Add;
-  return nkb == 1 && (P.stream || P.m * P.ldc * int64_t(sizeof(float)) >= STREAM_BYTES) ? Put::Stream : Put::Store;
+  return nkb == 1 && P.m * P.ldc * int64_t(sizeof(float)) >= STREAM_BYTES ? Put::Stream : Put::Store;
 }
 
 /// Bytes of packed B one core keeps in its L2 while A panels stream past: 3/4 of the L2
@@ -315,7 +314,7 @@ void general(const Problem& P, int nt) {
 }  // namespace
 
 void sgemm(int64_t m, int64_t n, int64_t k, const float* A, int64_t a_rs, int64_t a_cs, const float* B,
-           int64_t b_rs, int64_t b_cs, float* C, int64_t ldc, bool accumulate, bool stream_c) {
+           int64_t b_rs, int64_t b_cs, float* C, int64_t ldc, bool accumulate) {
   DTR_CHECK(m >= 0 && n >= 0 && k >= 0 && ldc >= n, "sgemm: bad sizes m=", m, " n=", n, " k=", k, " ldc=", ldc);
   if (m == 0 || n == 0) return;
   if (k == 0) {
@@ -323,7 +322,7 @@ void sgemm(int64_t m, int64_t n, int64_t k, const float* A, int64_t a_rs, int64_
       for (int64_t i = 0; i < m; ++i) std::memset(C + i * ldc, 0, sizeof(float) * n);
     return;
   }
-  const Problem P{m, n, k, A, a_rs, a_cs, B, b_rs, b_cs, C, ldc, accumulate, stream_c};
+  const Problem P{m, n, k, A, a_rs, a_cs, B, b_rs, b_cs, C, ldc, accumulate};
   // Threads only pay off above ~0.5 MFLOP or when C is large (bandwidth); the result does not
   // depend on the choice.
   int nt = omp_in_parallel() ? 1 : omp_get_max_threads();
@@ -346,7 +345,7 @@ void sgemm(int64_t m, int64_t n, int64_t k, const float* A, int64_t a_rs, int64_
 bool sgemm_available() { return false; }
 
 void sgemm(int64_t, int64_t, int64_t, const float*, int64_t, int64_t, const float*, int64_t, int64_t, float*, int64_t,
-           bool, bool) {
+           bool) {
   DTR_CHECK(false, "sgemm: this build has no AVX-512 kernels (compile tensor/ops/cpu with -march=x86-64-v4)");
 }
 

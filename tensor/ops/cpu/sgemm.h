@@ -57,12 +57,8 @@ bool sgemm_available();
 /// ldc >= n. accumulate: C += A*B (beta 1), else C = A*B (beta 0; C need not be initialised).
 /// k == 0 gives C = 0 (or leaves C unchanged when accumulating). Parallel inside with OpenMP up
 /// to omp_get_max_threads() unless called from a parallel region (then single-threaded);
-/// results do not depend on the thread count. stream_c (a hint, same results): write C with
-/// non-temporal stores (past the caches, no read for ownership) where the packed path writes it
-/// once (one K block, not accumulating), as it does anyway for a C of 16 MB or more; for a caller
-/// writing one piece of a large output that the caches would not keep (grouped_mm's experts).
-/// Throws dtr::Error when the build lacks AVX-512.
+/// results do not depend on the thread count. Throws dtr::Error when the build lacks AVX-512.
 void sgemm(int64_t m, int64_t n, int64_t k, const float* A, int64_t a_rs, int64_t a_cs, const float* B,
-           int64_t b_rs, int64_t b_cs, float* C, int64_t ldc, bool accumulate, bool stream_c = false);
+           int64_t b_rs, int64_t b_cs, float* C, int64_t ldc, bool accumulate);
 
 }  // namespace dtr::cpu

@@ -59,7 +59,6 @@ struct Problem {
   float* C;
   int64_t ldc;
   bool accumulate;
-  bool stream = false;  ///< C written with non-temporal stores where it is written once (sgemm's stream_c)
 };
 
 }  // namespace dtr::cpu::sgemm_detail
