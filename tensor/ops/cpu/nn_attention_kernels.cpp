@@ -557,6 +557,19 @@ std::vector<Tensor> k_sdpa(const OpCall& c) {
 constexpr int64_t kMinBackwardItems = 8;
 constexpr int64_t kMaxBackwardSplit = 4;
 
+/// Query chunks per kv head: none (1) with kMinBackwardItems kv items or more, else the fewest
+/// that give that many items, rounded up so that the items are a multiple of 4 (9 equal items on
+/// 2 threads wait 1 / 9 of the work for the last: SmolLM2's 3 kv heads at batch 1 get 4 chunks,
+/// 12 items), at most kMaxBackwardSplit and the query blocks. By shape only.
+int64_t backward_split(int64_t kv_items, int64_t nqb) {
+  if (kv_items == 0) return 1;
+  const int64_t cap = std::clamp<int64_t>(nqb, 1, kMaxBackwardSplit);
+  int64_t split = std::clamp<int64_t>((kMinBackwardItems + kv_items - 1) / kv_items, 1, cap);
+  if (split > 1)
+    while (split < cap && kv_items * split % 4 != 0) ++split;
+  return split;
+}
+
 /// The item (of `split`) that takes query block qb: 0, 1, .., split - 1, split - 1, .., 0, 0, 1, ..
 /// (causal: later blocks see more keys, so each item gets early and late ones).
 int64_t query_chunk(int64_t qb, int64_t split) {
@@ -731,10 +744,7 @@ void sdpa_backward(const Tensor& g, const Tensor& q, const Tensor& k, const Tens
   const BackwardBlock<T> block{Q, K, G, O, dQh, static_cast<const T*>(lse.data_ptr()), lse.stride(0), lse.stride(1),
                                lse.stride(2), mk, T_, S, D, Dv, group, static_cast<T>(scale)};
   const int64_t kv_items = B * Hkv, nqb = (T_ + kBlockQ - 1) / kBlockQ;
-  const int64_t split =
-      kv_items == 0 ? 1
-                    : std::clamp<int64_t>((kMinBackwardItems + kv_items - 1) / kv_items, 1,
-                                          std::clamp<int64_t>(nqb, 1, kMaxBackwardSplit));
+  const int64_t split = backward_split(kv_items, nqb);
   const int64_t items = kv_items * split;  // (batch row, kv head, query chunk)
   // dk / dv of the items r > 0 of each kv head, [kv item * (split - 1) + r - 1]
   std::vector<Mat<T>> part_dk(static_cast<size_t>(kv_items * (split - 1))), part_dv(part_dk.size());
