@@ -130,9 +130,9 @@ TEST_CASE("sdpa work splits match the naive reference and do not depend on the t
   // divisor of it when there are fewer than 16 forward items) and split a kv head's query blocks
   // over up to 4 backward items (each with its own dk / dv, added at the end) when there are
   // fewer than 8 kv items (rounded up to a multiple of 4 items). Cases: whole group stacked + 2
-  // backward chunks; half of a group of 4
-  // stacked + 4 chunks (T = 450: 8 query blocks, 2 key blocks of 256 forward); no backward split
-  // (8 kv items); a window with the group stacked.
+  // backward chunks; half of a group of 4 stacked + 4 chunks (T = 450: 8 query blocks, 2 key
+  // blocks of 256 forward); no backward split (8 kv items); a window with the group stacked; 3 kv
+  // items (4 chunks).
   manual_seed(43);
   compare_with_naive(2, 4, 2, 260, 260, 8, true);
   compare_with_naive(1, 4, 1, 450, 450, 8, true);
