@@ -112,6 +112,18 @@ int bench_ops(int argc, char** argv) {
     std::printf("  %-26s %10.2f GFLOP/s\n", "sdpa causal 4x9x256x64", f4 / t4f * 1e-9);
     std::printf("  %-26s %10.2f GFLOP/s\n", "sdpa_backward 4x9x256x64", 2 * f4 / t4b * 1e-9);
   }
+  {
+    // seq 2048 at batch 1 (GQA 9/3), q / k / v / g in the projections' [B, T, H, D] layout.
+    auto heads = [](int64_t H) { return transpose(randn({1, 2048, H, 64}), 1, 2); };
+    Tensor q1 = heads(9), k1 = heads(3), v1 = heads(3), g1 = heads(9);
+    auto fo = dispatch(OpCall{op_def("sdpa"), {q1, k1, v1}, {true, 0.125}});
+    const OpDef* sbw = op_def("sdpa_backward");
+    const double tf = median_seconds([&] { auto o = dispatch(OpCall{op_def("sdpa"), {q1, k1, v1}, {true, 0.125}}); }, 5);
+    const double tb = median_seconds([&] { auto d = dispatch(OpCall{sbw, {g1, q1, k1, v1, fo[0], fo[1]}, {true, 0.125}}); }, 5);
+    const double f1 = 4.0 * 9 * 2048 * 2049 / 2 * 64;
+    std::printf("  %-26s %10.2f GFLOP/s\n", "sdpa causal 1x9x2048x64", f1 / tf * 1e-9);
+    std::printf("  %-26s %10.2f GFLOP/s\n", "sdpa_backward 1x9x2048x64", 2 * f1 / tb * 1e-9);
+  }
   return 0;
 }
 
