@@ -90,7 +90,7 @@ TEST_CASE("sdpa matches the naive reference", "[attention]") {
   }
 }
 
-TEST_CASE("sdpa f32 kernels (dtr's GEMM per block) match the f64 naive reference", "[attention]") {
+TEST_CASE("sdpa f32 kernels (attention tiles per block) match the f64 naive reference", "[attention]") {
   // The f32 path runs its block products through its own AVX-512 tiles (nn_attention_block_gemm.h;
   // cpu::gemm without AVX-512, f64 through Eigen): q / k / v as
   // [B, T, H, D] views transposed to [B, H, T, D] (the model's layout: row stride H * D), GQA,
@@ -157,6 +157,60 @@ TEST_CASE("sdpa work splits match the naive reference and do not depend on the t
   omp_set_num_threads(saved);
   for (int t = 2; t <= 3; ++t)
     for (size_t i = 0; i < runs[0].size(); ++i) CHECK(max_abs_diff(runs[0][i], runs[t - 1][i]) == 0);
+}
+
+TEST_CASE("sdpa f32: the same bits for any thread count with documents and strided inputs, and after scratch reuse",
+          "[attention]") {
+  // The f32 kernels keep per-thread scratch across calls and split a kv head's query blocks over
+  // work items (here 1 kv item: 4 chunks). Their bits must follow the inputs alone: 1, 2 and 3
+  // threads on the projections' [B, T, H, D] layout with document ids and a window; a small call
+  // after a larger one (scratch grown and reused); calls from the threads of an outer parallel
+  // region (each kernel then serial on its thread, with that thread's scratch).
+  manual_seed(53);
+  auto view = [](int64_t H, int64_t T, int64_t D) { return randn({1, T, H, D}).transpose(1, 2); };
+  Tensor q = view(4, 200, 16), k = view(1, 200, 16), v = view(1, 200, 16), g = view(4, 200, 16);
+  std::vector<int64_t> ids(200);
+  for (int64_t i = 0; i < 200; ++i) ids[i] = i / 37;
+  Tensor docs = from_vector<int64_t>(ids, {1, 200});
+  auto run = [&](const Tensor& q_, const Tensor& k_, const Tensor& v_, const Tensor& g_) {
+    // attrs {is_causal, scale, window, diagonal}, inputs + document ids
+    std::vector<Tensor> r = dispatch(OpCall{op_def("sdpa"), {q_, k_, v_, docs, docs}, {true, 0.25, int64_t{9}, int64_t{0}}});
+    for (const Tensor& d : dispatch(OpCall{op_def("sdpa_backward"), {g_, q_, k_, v_, r[0], r[1], docs, docs},
+                                           {true, 0.25, int64_t{9}, int64_t{0}}}))
+      r.push_back(d);
+    return r;
+  };
+  auto same = [](const std::vector<Tensor>& a, const std::vector<Tensor>& b) {
+    for (size_t i = 0; i < a.size(); ++i) CHECK(max_abs_diff(a[i], b[i]) == 0);
+  };
+  const int saved = omp_get_max_threads();
+  omp_set_num_threads(1);
+  const std::vector<Tensor> ref = run(q, k, v, g);
+  for (int t = 2; t <= 3; ++t) {
+    omp_set_num_threads(t);
+    same(ref, run(q, k, v, g));
+  }
+  omp_set_num_threads(saved);
+  // A larger call (other shapes, more scratch), then the small one again.
+  Tensor qb = view(8, 300, 64), kb = view(2, 300, 64), vb = view(2, 300, 64);
+  std::vector<int64_t> ids_b(300);
+  for (int64_t i = 0; i < 300; ++i) ids_b[i] = i / 100;
+  Tensor docs_b = from_vector<int64_t>(ids_b, {1, 300});
+  auto fb = dispatch(OpCall{op_def("sdpa"), {qb, kb, vb, docs_b, docs_b}, {true, 0.125, int64_t{0}, int64_t{0}}});
+  dispatch(OpCall{op_def("sdpa_backward"), {view(8, 300, 64), qb, kb, vb, fb[0], fb[1], docs_b, docs_b},
+                  {true, 0.125, int64_t{0}, int64_t{0}}});
+  same(ref, run(q, k, v, g));
+  // From the two threads of an outer parallel region, each on its own inputs.
+  Tensor q2 = view(4, 200, 16), g2 = view(4, 200, 16);
+  const std::vector<Tensor> ref2 = run(q2, k, v, g2);
+  std::vector<Tensor> outs[2];
+#pragma omp parallel num_threads(2)
+  {
+    const int t = omp_get_thread_num();
+    if (t < 2) outs[t] = t == 0 ? run(q, k, v, g) : run(q2, k, v, g2);
+  }
+  if (!outs[1].empty()) same(ref2, outs[1]);
+  same(ref, outs[0]);
 }
 
 TEST_CASE("sdpa with a sliding window matches the masked reference", "[attention]") {

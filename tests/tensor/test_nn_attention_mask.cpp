@@ -165,6 +165,80 @@ TEST_CASE("sdpa with query / key offsets equals the rows of the full attention",
   CHECK(max_abs_diff(out, ref.narrow(2, 100, 50)) < kTolOut);
 }
 
+/// One f32 case of the kernels against the f64 masked reference: q / k / v (and the output
+/// gradient) as the projections' [B, T, H, D] views, query i visible to key j when
+/// j <= i + diag, j > i + diag - window (window > 0) and qd[b, i] == kd[b, j] (ids given). Rows
+/// without a visible key are 0 with no gradient (the reference keeps them unmasked, then zeroes
+/// them).
+void compare_f32_with_masked(int64_t B, int64_t Hq, int64_t Hkv, int64_t T, int64_t S, int64_t D, int64_t Dv,
+                             int64_t window, const SdpaMask& mask, const std::vector<int64_t>& qd,
+                             const std::vector<int64_t>& kd) {
+  const int64_t diag = mask.q_offset.value_or(mask.k_offset + S - T) - mask.k_offset;
+  INFO("B=" << B << " T=" << T << " S=" << S << " D=" << D << " Dv=" << Dv << " window=" << window
+            << " diag=" << diag << " docs=" << !qd.empty());
+  auto view32 = [](int64_t b, int64_t h, int64_t l, int64_t d) {
+    return randn({b, l, h, d}).transpose(1, 2).detach().set_requires_grad(true);
+  };
+  Tensor q = view32(B, Hq, T, D), k = view32(B, Hkv, S, D), v = view32(B, Hkv, S, Dv);
+  Tensor w = randn({B, T, Hq, Dv}).transpose(1, 2);
+  Tensor out = scaled_dot_product_attention(q, k, v, true, std::nullopt, window, mask);
+  sum(mul(out, w)).backward();
+  std::vector<uint8_t> m(static_cast<size_t>(B * T * S));
+  std::vector<double> live(static_cast<size_t>(B * T), 0.0);
+  for (int64_t b = 0; b < B; ++b)
+    for (int64_t i = 0; i < T; ++i) {
+      for (int64_t j = 0; j < S; ++j) {
+        const bool hidden = j > i + diag || (window > 0 && j <= i + diag - window) ||
+                            (!qd.empty() && qd[b * T + i] != kd[b * S + j]);
+        m[(b * T + i) * S + j] = hidden;
+        if (!hidden) live[b * T + i] = 1.0;
+      }
+      if (live[b * T + i] == 0.0)
+        for (int64_t j = 0; j < S; ++j) m[(b * T + i) * S + j] = 0;  // zeroed below instead
+    }
+  Tensor q64 = q.detach().to(DType::f64).set_requires_grad(true), k64 = k.detach().to(DType::f64).set_requires_grad(true);
+  Tensor v64 = v.detach().to(DType::f64).set_requires_grad(true);
+  Tensor ref = mul(naive_masked(q64, k64, v64, m), from_vector<double>(live, {B, 1, T, 1}));
+  sum(mul(ref, w.to(DType::f64))).backward();
+  CHECK(max_abs_diff(out.to(DType::f64), ref) < 2e-5);
+  CHECK(max_abs_diff(q.grad().to(DType::f64), q64.grad()) < 1e-4);
+  CHECK(max_abs_diff(k.grad().to(DType::f64), k64.grad()) < 1e-4);
+  CHECK(max_abs_diff(v.grad().to(DType::f64), v64.grad()) < 1e-4);
+}
+
+TEST_CASE("sdpa f32 kernels with document ids, offsets and Dv != D match the f64 masked reference",
+          "[attention][packing]") {
+  // The f32 path's own tiles (masks in the epilogues, zero_other_documents, the causal bounds of
+  // each row / key tile) under every mask kind: packed documents crossing the 64 x 128 blocks with
+  // GQA and windows 0 / 7 / 150; unsorted ids with T != S; a negative diagonal (the first rows see
+  // no key) with a window; Dv != D.
+  manual_seed(47);
+  Tensor docs = document_ids({{5, 70, 1, 60, 3, 61}, {130, 1, 69}});
+  const std::vector<int64_t> ids = docs.to_vector<int64_t>();
+  SdpaMask packed;
+  packed.q_document_ids = docs;
+  for (int64_t window : {0, 7, 150}) compare_f32_with_masked(2, 4, 2, 200, 200, 16, 16, window, packed, ids, ids);
+  const int64_t B = 2, T = 140, S = 150;
+  std::vector<int64_t> qd(B * T), kd(B * S);
+  for (int64_t i = 0; i < B * T; ++i) qd[i] = (i * 7 / 3) % 5;
+  for (int64_t j = 0; j < B * S; ++j) kd[j] = j % S < 5 ? j % S : (j * 11 / 5) % 5;
+  SdpaMask unsorted;
+  unsorted.q_document_ids = from_vector<int64_t>(qd, {B, T});
+  unsorted.k_document_ids = from_vector<int64_t>(kd, {B, S});
+  compare_f32_with_masked(B, 6, 2, T, S, 16, 16, 0, unsorted, qd, kd);
+  compare_f32_with_masked(B, 6, 2, T, S, 16, 16, 40, unsorted, qd, kd);
+  SdpaMask behind;  // keys start 20 after the queries: query i sees key j <= i - 20
+  behind.q_offset = 0;
+  behind.k_offset = 20;
+  compare_f32_with_masked(1, 4, 1, 150, 170, 16, 16, 0, behind, {}, {});
+  compare_f32_with_masked(1, 4, 1, 150, 170, 16, 16, 30, behind, {}, {});
+  compare_f32_with_masked(1, 4, 2, 200, 200, 16, 24, 0, SdpaMask{}, {}, {});  // Dv != D
+  SdpaMask first_row;  // Dv != D with documents
+  first_row.q_document_ids = docs.narrow(0, 0, 1).contiguous();
+  const std::vector<int64_t> ids0(ids.begin(), ids.begin() + 200);
+  compare_f32_with_masked(1, 4, 2, 200, 200, 16, 24, 7, first_row, ids0, ids0);
+}
+
 TEST_CASE("sdpa with document ids and offsets: backward matches finite differences", "[attention][packing][grad]") {
   manual_seed(43);
   Tensor docs = document_ids({{2, 3, 2}, {4, 3}});

@@ -6,8 +6,9 @@
 // stacked queries / gradients and each score block packed again per key block); here a register
 // tile of up to 14 rows x 32 columns (28 zmm accumulators) broadcasts A from its source with
 // any strides and loads B's rows (unit stride in n) directly, as the SGEMM micro-kernel does
-// from its packed copies, prefetching the rows 8 k ahead. The rows of C are cut into tiles of
-// 12-14 rows (balanced, so no thin edge tile), the columns into strips of 32 (masked at the edge).
+// from its packed copies, prefetching the rows 8 k ahead. The rows of C are cut into ceil(m / 14)
+// tiles of balanced height (7-14 rows, no thin edge tile), the columns into strips of 32 (masked
+// at the edge).
 //
 // An optional epilogue transforms each finished tile in registers before it is stored (the
 // forward's mask + running max, the backward's P = exp(s - lse) and dS = P (dP - di)), and
@@ -90,10 +91,11 @@ inline void tile(int64_t k, const float* __restrict a, int64_t a_rs, int64_t a_c
 }
 
 /// The part of a row tile [i0, i1) of the product that can be nonzero: columns [n0, n1) and the
-/// reduction range [k0, k1) (A(i, p) == 0 for p outside it, for every row of the tile). The
-/// columns outside are filled with the bounds' `fill` (when its `do_fill` and not accumulating) or
-/// left as they are; the k terms outside are exact zeros, so skipping them leaves every sum
-/// unchanged.
+/// reduction range [k0, k1) (A(i, p) == 0 for p outside it, for every row of the tile). Only
+/// whole 32-column strips outside [n0, n1) are skipped: they are filled with the bounds' `fill`
+/// (when its `do_fill` and not accumulating) or left as they are; columns outside [n0, n1) inside
+/// a computed strip are computed, so the epilogue must mask them. The k terms outside are exact
+/// zeros, so skipping them leaves every sum unchanged.
 struct Span {
   int64_t n0, n1, k0, k1;
 };

@@ -35,6 +35,7 @@
 // (cpu/layout.h). k / v are never repeated for GQA.
 #define EIGEN_DONT_PARALLELIZE
 #include <Eigen/Dense>
+#include <omp.h>
 #include <algorithm>
 #include <cmath>
 #include <limits>
@@ -49,6 +50,7 @@
 #include "tensor/ops/cpu/gemm.h"
 #include "tensor/ops/cpu/layout.h"
 #include "tensor/ops/cpu/nn_attention_block_gemm.h"
+#include "tensor/ops/cpu/sgemm_common.h"
 #include "tensor/ops/cpu/loops.h"
 #include "tensor/ops/cpu/vec.h"
 
@@ -71,8 +73,9 @@ template <class T>
 using MMap = Eigen::Map<Mat<T>, 0, Eigen::OuterStride<>>;
 
 /// C[m, n] (+)= A[m, k] B[k, n] with element strides (rows, columns) of A and B; C contiguous
-/// with row stride n. f32 through dtr's GEMM (cpu/gemm.h: serial inside the work items' parallel
-/// loop), f64 through Eigen.
+/// with row stride n. f32 on AVX-512 (B with unit column stride): the attention tiles
+/// (nn_attention_block_gemm.h); otherwise cpu::gemm (f32: dtr's AVX2 SGEMM or Eigen, serial inside
+/// the work items' parallel loop; f64: Eigen).
 template <class T>
 void block_mm(int64_t m, int64_t n, int64_t k, const T* A, int64_t a_rs, int64_t a_cs, const T* B, int64_t b_rs,
               int64_t b_cs, T* C, bool acc) {
@@ -204,7 +207,8 @@ void transpose_rows(Row row, int64_t rows, int64_t cols, T sc, T* dst, int64_t l
 /// row b, times `sc`, stacked query-major: row c = r * heads + g is query i0 + r of head h0 + g
 /// (so the rows a causal key sees are a contiguous range, and the block products share each K /
 /// V block: one GEMM with heads * n rows). Written to `rm` [heads * n, D] row-major and / or to
-/// `tr` [D, heads * n] (its transpose, which the GEMM packs without transposing) when not null.
+/// `tr` [D, heads * n] (its transpose: the forward's B of sT = k q^T, unit stride along the rows)
+/// when not null.
 template <class T>
 void stack_rows(const Heads<const T>& X, int64_t b, int64_t h0, int64_t heads, int64_t i0, int64_t n, int64_t D,
                 T sc, T* rm, T* tr) {
@@ -260,13 +264,15 @@ void exp_shift_inplace(T* x, T shift, int64_t n) {
   }
 }
 
-/// Scratch buffer of one thread (grown, never shrunk).
+/// A thread's scratch buffer of T: a typed view of the SGEMM's grow-only, 64-byte aligned Scratch
+/// (sgemm_common.h; out of memory inside a parallel region prints the size and aborts, as an
+/// exception cannot leave it).
 template <class T>
 struct Buffer {
-  std::vector<T> v;
+  cpu::sgemm_detail::Scratch s;
   T* get(int64_t n) {
-    if (static_cast<int64_t>(v.size()) < n) v.resize(static_cast<size_t>(n));
-    return v.data();
+    const size_t floats = (static_cast<size_t>(n) * sizeof(T) + sizeof(float) - 1) / sizeof(float);
+    return reinterpret_cast<T*>(omp_in_parallel() ? s.get_in_parallel(floats) : s.get(floats));
   }
 };
 
@@ -340,6 +346,13 @@ std::vector<int64_t> largest_first(int64_t items, F&& cost) {
 }
 
 #if defined(__AVX512F__)
+/// The lanes of the 16 columns from c that lie in [lo, hi).
+inline __mmask16 lanes_in(int64_t c, int32_t lo, int32_t hi) {
+  const __m512i cols = _mm512_add_epi32(_mm512_set1_epi32(static_cast<int32_t>(c)),
+                                        _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15));
+  return _mm512_cmpge_epi32_mask(cols, _mm512_set1_epi32(lo)) & _mm512_cmplt_epi32_mask(cols, _mm512_set1_epi32(hi));
+}
+
 /// f32 epilogue of the forward's sT = k q^T block (row jj: key j0 + jj, column c: stacked query
 /// row c): the causal / window mask (-inf outside the rows [lo, hi) of each key, visible_rows_of_key)
 /// and the running column max mb[c] = max(mb[c], sT[jj, c]), so neither needs its own pass.
@@ -350,13 +363,8 @@ struct MaskMaxEpilogue {
   float* mb;
   bool masked;
   __m512 operator()(__m512 v, int64_t jj, int64_t c, const float*, __mmask16 mk) const {
-    if (masked) {
-      const __m512i cols = _mm512_add_epi32(_mm512_set1_epi32(static_cast<int32_t>(c)),
-                                            _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15));
-      const __mmask16 vis = _mm512_cmpge_epi32_mask(cols, _mm512_set1_epi32(lo[jj])) &
-                            _mm512_cmplt_epi32_mask(cols, _mm512_set1_epi32(hi[jj]));
-      v = _mm512_mask_blend_ps(vis, _mm512_set1_ps(-std::numeric_limits<float>::infinity()), v);
-    }
+    if (masked)
+      v = _mm512_mask_blend_ps(lanes_in(c, lo[jj], hi[jj]), _mm512_set1_ps(-std::numeric_limits<float>::infinity()), v);
     const __m512 m = _mm512_maskz_loadu_ps(mk, mb + c);
     _mm512_mask_storeu_ps(mb + c, mk, _mm512_max_ps(m, v));
     return v;
@@ -586,11 +594,7 @@ struct ProbabilityEpilogue {
   const int32_t* lo;
   const int32_t* hi;
   __m512 operator()(__m512 v, int64_t i, int64_t j, const float*, __mmask16) const {
-    const __m512i cols = _mm512_add_epi32(_mm512_set1_epi32(static_cast<int32_t>(j)),
-                                          _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15));
-    const __mmask16 vis = _mm512_cmpge_epi32_mask(cols, _mm512_set1_epi32(lo[i])) &
-                          _mm512_cmplt_epi32_mask(cols, _mm512_set1_epi32(hi[i]));
-    return _mm512_maskz_mov_ps(vis, cpu::vec::detail::exp_packet(v, _mm512_set1_ps(lse[i])));
+    return _mm512_maskz_mov_ps(lanes_in(j, lo[i], hi[i]), cpu::vec::detail::exp_packet(v, _mm512_set1_ps(lse[i])));
   }
 };
 
@@ -605,11 +609,12 @@ struct DsEpilogue {
 #endif
 
 /// Backward of one query block [i0, i0 + n) of the query heads of kv head hk (batch row b):
-/// dq of its rows and the dk / dv terms of its key blocks (added to dK / dV, row-major [S, D] /
-/// [S, Dv]). Rows stacked query-major (stack_rows); per key block, with the scores s [rows, nb]
-/// row-major: s = (q * scale) k^T, P = exp(s - lse), dv += P^T g, dP = g v^T, dS = P (dP - di),
-/// dk += dS^T (q * scale), dq += dS k. Each product reads q, g, k and v in the layouts the GEMM
-/// packs by copies (q^T, g^T, k^T, v^T as column-major A / row-major B); only dS k transposes.
+/// dq of its rows and the dk / dv terms of its key blocks (added to dK / dV: row-major with row
+/// strides ldk / ldv, the output's rows or a buffer). Rows stacked query-major (stack_rows); per
+/// key block, with the scores s [rows, nb] row-major: s = (q * scale) k^T, P = exp(s - lse),
+/// dv += P^T g, dP = g v^T, dS = P (dP - di), dk += dS^T (q * scale), dq += dS k. Every B operand
+/// has unit stride (k^T and v^T from transposed_head, g, q and k rows); the A operands are read
+/// in place with their strides (P^T, dS^T column-major).
 template <class T>
 struct BackwardBlock {
   const Heads<const T>& Q;
@@ -626,9 +631,14 @@ struct BackwardBlock {
   void run(int64_t b, int64_t hk, int64_t i0, int64_t n, const T* kt, const T* vt, T* dK, int64_t ldk, T* dV,
            int64_t ldv, Buffer<T>& buf, Buffer<int32_t>& rmask) const {
     const int64_t rows = group * n, nbmax = std::min<int64_t>(kBlockKBackward, S), h0 = hk * group;
-    T* qs = buf.get(rows * D + rows * Dv + 2 * rows * nbmax + rows * D + 2 * rows);
+#if defined(__AVX512F__)
+    const int64_t dp_len = std::is_same_v<T, float> ? 0 : rows * nbmax;  // the tiles write dS over P
+#else
+    const int64_t dp_len = rows * nbmax;
+#endif
+    T* qs = buf.get(rows * D + rows * Dv + rows * nbmax + dp_len + rows * D + 2 * rows);
     T *gs = qs + rows * D, *s = gs + rows * Dv, *dp = s + rows * nbmax;
-    T *dqb = dp + rows * nbmax, *di = dqb + rows * D, *lrow = di + rows;
+    T *dqb = dp + dp_len, *di = dqb + rows * D, *lrow = di + rows;
     stack_rows<T>(Q, b, h0, group, i0, n, D, sc, qs, nullptr);  // q * scale
     stack_rows<T>(G, b, h0, group, i0, n, Dv, T(1), gs, nullptr);
     for (int64_t c = 0; c < rows; ++c) {
