@@ -1,14 +1,14 @@
 #pragma once
-// The block products of the CPU sdpa / sdpa_backward kernels (nn_attention_kernels.cpp) in f32
-// on AVX-512: C[m, n] (+)= A[m, k] B[k, n] for blocks that are already cache resident (a few
-// hundred rows, k <= 256 keys or the 64-wide head dim), read in place. dtr's SGEMM (cpu/gemm.h)
-// packs both operands on every call, which on these blocks cost ~15-25% of the product (the
-// stacked queries / gradients and each score block packed again per key block); here a register
-// tile of up to 14 rows x 32 columns (28 zmm accumulators) broadcasts A from its source with
-// any strides and loads B's rows (unit stride in n) directly, as the SGEMM micro-kernel does
-// from its packed copies, prefetching the rows 8 k ahead. The rows of C are cut into ceil(m / 14)
-// tiles of balanced height (7-14 rows, no thin edge tile), the columns into strips of 32 (masked
-// at the edge).
+// The block products of the CPU sdpa / sdpa_backward kernels (nn_attention_forward.cpp,
+// nn_attention_backward.cpp) in f32 on AVX-512: C[m, n] (+)= A[m, k] B[k, n] for blocks that are
+// already cache resident (a few hundred rows, k <= 256 keys or the 64-wide head dim), read in
+// place. dtr's SGEMM (cpu/gemm.h) packs both operands on every call, which on these blocks cost
+// ~15-25% of the product (the stacked queries / gradients and each score block packed again per
+// key block); here a register tile of up to 14 rows x 32 columns (28 zmm accumulators)
+// broadcasts A from its source with any strides and loads B's rows (unit stride in n) directly,
+// as the SGEMM micro-kernel does from its packed copies, prefetching the rows 8 k ahead. The
+// rows of C are cut into ceil(m / 14) tiles of balanced height (7-14 rows, no thin edge tile),
+// the columns into strips of 32 (masked at the edge).
 //
 // An optional epilogue transforms each finished tile in registers before it is stored (the
 // forward's mask + running max, the backward's P = exp(s - lse) and dS = P (dP - di)), and

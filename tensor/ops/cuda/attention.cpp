@@ -1,7 +1,8 @@
 // CUDA kernels of ops "sdpa" and "sdpa_backward" (the front end is tensor/ops/nn_attention.cpp):
 // checks, output allocation on the inputs' device, and the launch of the fused FlashAttention-2
 // kernels of attention_forward.cu / attention_backward.cu on dtr::cuda::current_stream().
-// Semantics are those of the CPU kernels (tensor/ops/cpu/nn_attention_kernels.cpp):
+// Semantics are those of the CPU kernels (tensor/ops/cpu/nn_attention_common.h,
+// nn_attention_forward.cpp, nn_attention_backward.cpp):
 //   sdpa          {q, k, v[, q_doc, k_doc]}, attrs {is_causal, scale[, window[, diagonal]]}
 //                 -> {out [B, Hq, T, Dv] (q's dtype), lse [B, Hq, T] f32}
 //   sdpa_backward {g, q, k, v, out, lse[, q_doc, k_doc]}, attrs as sdpa -> {dq, dk, dv} (q's dtype)
