@@ -258,9 +258,12 @@ void sdpa_backward(const Tensor& g, const Tensor& q, const Tensor& k, const Tens
       const T* ktb = kvt + kvi * (D + Dv) * transposed_ld(S);
       const T* vtb = ktb + D * transposed_ld(S);
       for (int64_t i0 = 0; i0 < T_; i0 += kBlockQ)
-        if (query_chunk(i0 / kBlockQ, split) == r) block.run(b, hk, i0, std::min(T_, i0 + kBlockQ) - i0, ktb, vtb, dK, ldk, dV, ldv, buf, rmask);
-      if (r == 0 && !dk_direct) MMap<T>(dKh.at(b, hk, 0), S, D, Eigen::OuterStride<>(dKh.sl)) = CMap<T>(dK, S, D, Eigen::OuterStride<>(D));
-      if (r == 0 && !dv_direct) MMap<T>(dVh.at(b, hk, 0), S, Dv, Eigen::OuterStride<>(dVh.sl)) = CMap<T>(dV, S, Dv, Eigen::OuterStride<>(Dv));
+        if (query_chunk(i0 / kBlockQ, split) == r)
+          block.run(b, hk, i0, std::min(T_, i0 + kBlockQ) - i0, ktb, vtb, dK, ldk, dV, ldv, buf, rmask);
+      if (r == 0 && !dk_direct)
+        MMap<T>(dKh.at(b, hk, 0), S, D, Eigen::OuterStride<>(dKh.sl)) = CMap<T>(dK, S, D, Eigen::OuterStride<>(D));
+      if (r == 0 && !dv_direct)
+        MMap<T>(dVh.at(b, hk, 0), S, Dv, Eigen::OuterStride<>(dVh.sl)) = CMap<T>(dV, S, Dv, Eigen::OuterStride<>(Dv));
     }
   }
   if (split == 1) return;

@@ -51,8 +51,9 @@ constexpr int64_t kPrefetch = 8;
 /// `epi` maps the finished values before the store (see NoEpilogue); i0, j0: the tile's first
 /// row and column in the product.
 template <int R, class Epi>
-inline void tile(int64_t k, const float* __restrict a, int64_t a_rs, int64_t a_cs, const float* __restrict b, int64_t ldb, float* c,
-                 int64_t ldc, __mmask16 m0, __mmask16 m1, bool acc, const Epi& epi, int64_t i0, int64_t j0) {
+inline void tile(int64_t k, const float* __restrict a, int64_t a_rs, int64_t a_cs, const float* __restrict b,
+                 int64_t ldb, float* c, int64_t ldc, __mmask16 m0, __mmask16 m1, bool acc, const Epi& epi, int64_t i0,
+                 int64_t j0) {
   __m512 c0[R], c1[R];
 #pragma GCC unroll 14
   for (int i = 0; i < R; ++i) {
