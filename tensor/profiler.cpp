@@ -85,10 +85,16 @@ double op_bytes_moved(const OpCall& call, const std::vector<Tensor>& outputs) {
 double op_flops(const OpCall& call) {
   const std::string& n = call.op->name;
   const auto& in = call.inputs;
-  if (n == "mm" || n == "bmm" || n == "grouped_mm") {
-    if (in.size() < 2 || !in[0].defined() || !in[1].defined() || in[1].dim() == 0) return 0;
-    return 2.0 * static_cast<double>(in[0].numel()) * static_cast<double>(in[1].size(-1));
-  }
+  // a product a @ b of these ops: 2 x a's elements x b's last dim (mm [M, K] x [K, N]; bmm;
+  // grouped_mm [T, K] x [G, K, N] and [K, T] x [T, N]: every row of a meets N columns once).
+  auto product = [&](size_t a, size_t b) {
+    if (in.size() <= b || !in[a].defined() || !in[b].defined() || in[b].dim() == 0) return 0.0;
+    return 2.0 * static_cast<double>(in[a].numel()) * static_cast<double>(in[b].size(-1));
+  };
+  // grouped_mm_swiglu {x, w, weights}: its grouped_mm (the SwiGLU counts 0 like the pointwise ops);
+  // grouped_mm_pair {a1, b1, a2, b2}: two grouped_mm products.
+  if (n == "mm" || n == "bmm" || n == "grouped_mm" || n == "grouped_mm_swiglu") return product(0, 1);
+  if (n == "grouped_mm_pair") return product(0, 1) + product(2, 3);
   const bool fwd = n == "sdpa", bwd = n == "sdpa_backward";
   if (!fwd && !bwd) return 0;
   const size_t q0 = bwd ? 1 : 0;  // sdpa_backward: {g, q, k, v, ...}

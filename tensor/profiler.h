@@ -54,8 +54,8 @@ class Tensor;
 /// gathers (the output's bytes), not the table. Caches and re-reads inside the kernel
 /// are not counted: this is the least traffic the op's interface implies.
 double op_bytes_moved(const OpCall& call, const std::vector<Tensor>& outputs);
-/// FLOPs of a matmul-like or attention call (0 for other ops): mm / bmm / grouped_mm
-/// 2 x numel(a) x size(b, -1); sdpa 2 x B x Hq x P x (D + Dv) and sdpa_backward twice that
+/// FLOPs of a matmul-like or attention call (0 for other ops): mm / bmm / grouped_mm /
+/// grouped_mm_swiglu 2 x numel(a) x size(b, -1), grouped_mm_pair the sum of its two products; sdpa 2 x B x Hq x P x (D + Dv) and sdpa_backward twice that
 /// (dq, dk, dv, dP; the recomputed scores not counted), P = the (query, key) pairs the causal /
 /// sliding-window mask leaves visible (document ids not applied: an upper bound).
 double op_flops(const OpCall& call);

@@ -108,6 +108,9 @@ Tensor grouped_mm_swiglu(const Tensor& x, const Tensor& w, const Shape& group_si
   DTR_CHECK(weights.dim() == 1 && weights.size(0) == x.size(0) && weights.dtype() == x.dtype(),
             "grouped_mm_swiglu: weights ", weights.sizes(), " ", weights.dtype(), " (expected [", x.size(0), "] ",
             x.dtype(), ")");
+  // bf16 / f16: the two ops, which round gate_up to the input dtype before the SwiGLU (the fused
+  // kernel would run the SwiGLU on its unrounded f32 GEMM result: other bits than the two ops').
+  if (is_low_precision(x.dtype())) return swiglu_weighted(grouped_mm(x, w, group_sizes), weights);
   static const OpDef* op = op_def("grouped_mm_swiglu");
   const std::vector<Tensor> r = dispatch(OpCall{op, {x, w, weights}, {group_sizes}});
   return swiglu_weighted_with_grad(grouped_mm_with_grad(x, w, group_sizes, r[0]), weights, r[1]);

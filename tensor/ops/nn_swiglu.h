@@ -24,7 +24,8 @@ Tensor swiglu_weighted(const Tensor& gate_up, const Tensor& weights);
 /// computed right after its GEMM, while the block is in the cache (the experts' gate_up
 /// projection; x [T, K], w [G, K, 2I] (e.g. gate_up_proj.transpose(1, 2)), weights [T] -> [T, I]).
 /// The values and the autograd graph are those of the two calls (a grouped_mm node, then a
-/// swiglu_weighted node: the same backward, the same bits). Errors: those of the two calls.
+/// swiglu_weighted node: the same backward, the same bits; bf16 / f16 inputs run the two ops).
+/// Errors: those of the two calls.
 Tensor grouped_mm_swiglu(const Tensor& x, const Tensor& w, const Shape& group_sizes, const Tensor& weights);
 
 /// gelu(gate, approximate=tanh) * up, fused (Gemma's GeGLU MLP, HF gelu_pytorch_tanh): gate,

@@ -207,6 +207,12 @@ TEST_CASE("grouped_mm_swiglu equals swiglu_weighted(grouped_mm(...)): values, gr
   const std::vector<Tensor> a = run(true), b = run(false);
   for (size_t i = 0; i < a.size(); ++i) CHECK(max_abs_diff(a[i], b[i]) == 0.0);
   CHECK(dtr::testing::same_bits_on_threads([&] { return run(true); }) == "");
+  // bf16: gate_up rounded to bf16 before the SwiGLU, as the two ops do (an empty group)
+  const Shape bsizes{3, 0, 40, 9};
+  const Tensor xb = to_dtype(uniform({52, 64}, -1, 1), DType::bf16);
+  const Tensor wb = to_dtype(uniform({4, 96, 64}, -0.3, 0.3), DType::bf16), rb = to_dtype(uniform({52}, 0, 1), DType::bf16);
+  CHECK(max_abs_diff(to_dtype(grouped_mm_swiglu(xb, wb.transpose(1, 2), bsizes, rb), DType::f64),
+                     to_dtype(swiglu_weighted(grouped_mm(xb, wb.transpose(1, 2), bsizes), rb), DType::f64)) == 0.0);
   CHECK_THROWS_WITH(grouped_mm_swiglu(x, w1.transpose(1, 2), sizes, zeros({3})),
                     Catch::Contains("grouped_mm_swiglu: weights [3]"));
   CHECK_THROWS_WITH(grouped_mm_swiglu(x, w1.narrow(1, 0, 95).transpose(1, 2), sizes, rw), Catch::Contains("[7, 64, 95]"));

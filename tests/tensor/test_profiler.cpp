@@ -1,11 +1,13 @@
 // The op profiler's bytes moved and FLOPs (tensor/profiler.h), counted by hand for each rule:
-// a new output, a view (nothing moves), an in-place op (read + write), mm's 2 M K N, sdpa's
+// a new output, a view (nothing moves), an in-place op (read + write), mm's 2 M K N, the grouped
+// GEMM ops' (grouped_mm, its fused SwiGLU form and its backward pair), sdpa's
 // visible (query, key) pairs under the causal mask and its backward twice the forward.
 #include <catch2/catch.hpp>
 
 #include <map>
 
 #include "tensor/ops.h"
+#include "tensor/ops/nn_swiglu.h"
 #include "tensor/profiler.h"
 #include "tensor/random.h"
 
@@ -68,4 +70,17 @@ TEST_CASE("op profiler: FLOPs of mm and causal sdpa", "[profiler]") {
   CHECK(m.at("sdpa").flops == 2.0 * 2 * 4 * 25 * 16);
   m = profile_of([&] { (void)scaled_dot_product_attention(q.detach(), k.detach(), v.detach(), true, {}, 2); });
   CHECK(m.at("sdpa").flops == 2.0 * 2 * 4 * 9 * 16);
+}
+
+TEST_CASE("op profiler: FLOPs of the grouped GEMM ops (grouped_mm, grouped_mm_swiglu, grouped_mm_pair)", "[profiler]") {
+  // T 7 token copies in groups {3, 4}, K 4, N = 2I 6: each product 2 T K N; the backward of
+  // grouped_mm with both operands requiring grad is one grouped_mm_pair (dA and dB: twice that).
+  const Shape sizes{3, 4};
+  Tensor x = randn({7, 4}).set_requires_grad(true), w = randn({2, 4, 6}).set_requires_grad(true);
+  const double f = 2.0 * 7 * 4 * 6;
+  auto m = profile_of([&] { sum(grouped_mm(x, w, sizes)).backward(); });
+  CHECK(m.at("grouped_mm").flops == f);
+  CHECK(m.at("grouped_mm_pair").flops == 2 * f);
+  m = profile_of([&] { (void)grouped_mm_swiglu(x.detach(), w.detach(), sizes, randn({7})); });
+  CHECK(m.at("grouped_mm_swiglu").flops == f);
 }

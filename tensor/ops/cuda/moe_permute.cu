@@ -1,8 +1,8 @@
 // CUDA kernels of moe_permute, moe_permute_backward, moe_unpermute and moe_unpermute_backward, same semantics
 // and summation order (j = 0..k-1 per token, f32 accumulation for bf16 / f16) as
 // ops/cpu/moe_permute_kernels.cpp: one block per token, threads over the hidden dim.
-// slot_position is range-checked (check_indices, one synchronisation); dys is zeroed first, so a
-// position no slot names stays 0 (the CPU kernel refuses a slot_position that is not a
+// slot_position is range-checked (check_indices, one synchronisation); moe_permute's output and
+// dys are zeroed first, so a position no slot names stays 0 (the CPU kernel refuses a slot_position that is not a
 // permutation; the MoE routing always builds one).
 #include <climits>
 
@@ -66,6 +66,7 @@ std::vector<Tensor> k_moe_permute(const OpCall& c) {
   Tensor out = cuda_empty({M, H}, c.inputs[0].dtype(), c.inputs[0]);
   if (out.numel() == 0) return {out};
   DeviceGuard guard(out.device());
+  cuda_zero(out);  // rows no slot names (slot_position not a permutation) stay 0
   const Tensor x = cuda_contiguous(c.inputs[0]), pos = cuda_contiguous(c.inputs[1]);
   check_indices(pos, M, INT64_MIN, "moe_permute", "slot_position");
   dispatch_floating(x.dtype(), "moe_permute", [&](auto tag) {
