@@ -39,8 +39,8 @@ std::vector<int64_t> positions(const Tensor& pos, int64_t rows, const char* op) 
 /// kStreamOutputBytes or more is written with non-temporal stores (cpu/stream_store.h).
 std::vector<Tensor> k_moe_permute(const OpCall& c) {
   const Tensor x = contig(c.inputs[0]);
-  const int64_t k = c.i(0), N = x.size(0), H = x.size(1), M = N * k;
   DTR_CHECK(x.dim() == 2, "moe_permute: x ", x.sizes(), " (expected [N, H])");
+  const int64_t k = c.i(0), N = x.size(0), H = x.size(1), M = N * k;
   const std::vector<int64_t> pos = positions(c.inputs[1], M, "moe_permute");
   Tensor out = empty({M, H}, TensorOptions(x.dtype()));
   const bool stream = static_cast<int64_t>(out.nbytes()) >= cpu::kStreamOutputBytes;
