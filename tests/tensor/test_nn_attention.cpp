@@ -129,7 +129,7 @@ TEST_CASE("sdpa work splits match the naive reference and do not depend on the t
   // The CPU kernels stack the query heads of a kv head per work item (all of the group, or a
   // divisor of it when there are fewer than 16 forward items) and split a kv head's query blocks
   // over up to 4 backward items (each with its own dk / dv, added at the end) when there are
-  // fewer than 8 kv items (rounded up to a multiple of 4 items). Cases: whole group stacked + 2
+  // fewer than 8 kv items (one more chunk when that makes an odd item count even). Cases: whole group stacked + 2
   // backward chunks; half of a group of 4 stacked + 4 chunks (T = 450: 8 query blocks, 2 key
   // blocks of 256 forward); no backward split (8 kv items); a window with the group stacked; 3 kv
   // items (4 chunks).
@@ -139,7 +139,7 @@ TEST_CASE("sdpa work splits match the naive reference and do not depend on the t
   compare_with_naive(2, 8, 4, 70, 70, 4, true);
   compare_with_naive(2, 6, 2, 300, 300, 8, true, 70);
   compare_with_naive(1, 4, 1, 130, 200, 8, false);
-  compare_with_naive(1, 6, 3, 260, 260, 8, true);  // 3 kv items: 4 chunks (12 items, a multiple of 4)
+  compare_with_naive(1, 6, 3, 260, 260, 8, true);  // 3 kv items: 4 chunks (12 items, not 9)
   // f32: 1, 2 and 3 threads give the same bits (the splits follow the shape, not the threads;
   // the items, handed out largest first, here 16 forward and 4 backward ones of unequal cost,
   // each write their own outputs).

@@ -70,8 +70,10 @@ std::vector<Tensor> k_moe_permute(const OpCall& c) {
 /// g [N*k, H], slot_position [N*k], attrs {k} -> dx [N, H]: dx[t] = sum_j g[pos[t*k + j]].
 std::vector<Tensor> k_moe_permute_backward(const OpCall& c) {
   const Tensor g = contig(c.inputs[0]);
-  const int64_t k = c.i(0), M = g.size(0), H = g.size(1), N = M / k;
-  DTR_CHECK(g.dim() == 2 && M % k == 0, "moe_permute_backward: gradient ", g.sizes(), " (expected [N*", k, ", H])");
+  const int64_t k = c.i(0);
+  DTR_CHECK(k > 0 && g.dim() == 2 && g.size(0) % k == 0, "moe_permute_backward: gradient ", g.sizes(), " (expected [N*",
+            k, ", H] with k > 0)");
+  const int64_t M = g.size(0), H = g.size(1), N = M / k;
   const std::vector<int64_t> pos = positions(c.inputs[1], M, "moe_permute_backward");
   Tensor dx = empty({N, H}, TensorOptions(g.dtype()));
   cpu::dispatch_floating(g.dtype(), "moe_permute_backward", [&](auto tag) {

@@ -16,16 +16,14 @@ constexpr int64_t kMinBackwardItems = 8;
 constexpr int64_t kMaxBackwardSplit = 4;
 
 /// Query chunks per kv head: none (1) with kMinBackwardItems kv items or more, else the fewest
-/// that give that many items, rounded up so that the items are a multiple of 4 (9 equal items on
+/// that give that many items, plus one when that makes an odd item count even (9 equal items on
 /// 2 threads wait 1 / 9 of the work for the last: SmolLM2's 3 kv heads at batch 1 get 4 chunks,
 /// 12 items), at most kMaxBackwardSplit and the query blocks. By shape only.
 int64_t backward_split(int64_t kv_items, int64_t nqb) {
   if (kv_items == 0) return 1;
   const int64_t cap = std::clamp<int64_t>(nqb, 1, kMaxBackwardSplit);
-  int64_t split = std::clamp<int64_t>((kMinBackwardItems + kv_items - 1) / kv_items, 1, cap);
-  if (split > 1)
-    while (split < cap && kv_items * split % 4 != 0) ++split;
-  return split;
+  const int64_t split = std::clamp<int64_t>((kMinBackwardItems + kv_items - 1) / kv_items, 1, cap);
+  return split > 1 && split < cap && kv_items * split % 2 != 0 ? split + 1 : split;
 }
 
 /// The item (of `split`) that takes query block qb: 0, 1, .., split - 1, split - 1, .., 0, 0, 1, ..

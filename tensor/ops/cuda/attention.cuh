@@ -1,6 +1,6 @@
 #pragma once
 // Fused scaled-dot-product attention on CUDA: the kernels of ops "sdpa" and "sdpa_backward"
-// (same semantics as tensor/ops/cpu/nn_attention_kernels.cpp). Host-only interface: this
+// (same semantics as tensor/ops/cpu/nn_attention_forward.cpp / nn_attention_backward.cpp). Host-only interface: this
 // header has no device code, so the op glue (attention.cpp, a plain C++ file) includes it.
 //
 // Algorithm: FlashAttention-2 (Dao 2023, "FlashAttention-2: Faster Attention with Better

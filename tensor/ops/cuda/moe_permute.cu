@@ -80,8 +80,10 @@ std::vector<Tensor> k_moe_permute(const OpCall& c) {
 }
 
 std::vector<Tensor> k_moe_permute_backward(const OpCall& c) {
-  const int64_t k = c.i(0), M = c.inputs[0].size(0), H = c.inputs[0].size(1), N = M / k;
-  DTR_CHECK(M % k == 0, "moe_permute_backward: gradient ", c.inputs[0].sizes(), " (expected [N*", k, ", H])");
+  const int64_t k = c.i(0);
+  DTR_CHECK(k > 0 && c.inputs[0].dim() == 2 && c.inputs[0].size(0) % k == 0, "moe_permute_backward: gradient ",
+            c.inputs[0].sizes(), " (expected [N*", k, ", H] with k > 0)");
+  const int64_t M = c.inputs[0].size(0), H = c.inputs[0].size(1), N = M / k;
   Tensor dx = cuda_empty({N, H}, c.inputs[0].dtype(), c.inputs[0]);
   if (dx.numel() == 0) return {dx};
   DeviceGuard guard(dx.device());
