@@ -18,19 +18,26 @@ void check_index(const Tensor& t, int64_t n, const char* op, const char* name) {
             " (expected int64 [", n, "])");
 }
 
+/// fwd(t, slot_position; k) recorded as `name` with the backward bwd(g, slot_position; k):
+/// moe_permute and the unweighted moe_unpermute are the same pair of kernels run either way round.
+Tensor permutation(const char* name, const OpDef* fwd, const OpDef* bwd, const Tensor& t, const Tensor& slot_position,
+                   int64_t k) {
+  Tensor out = dispatch1(OpCall{fwd, {t, slot_position}, {k}});
+  if (needs_grad({t}))
+    record(name, {t}, out, [bwd, slot_position, k](const std::vector<Tensor>& g, const std::vector<bool>&) {
+      return std::vector<Tensor>{dispatch1(OpCall{bwd, {g[0], slot_position}, {k}})};
+    });
+  return out;
+}
+
 }  // namespace
 
 Tensor moe_permute(const Tensor& x, const Tensor& slot_position, int64_t k) {
   DTR_CHECK(x.dim() == 2 && k > 0, "moe_permute: x ", x.sizes(), " (expected [N, H]) and k=", k, " (> 0)");
   check_index(slot_position, x.size(0) * k, "moe_permute", "slot_position");
-  static const OpDef* op = op_def("moe_permute");
-  Tensor out = dispatch1(OpCall{op, {x, slot_position}, {k}});
-  if (needs_grad({x}))
-    record("moe_permute", {x}, out, [slot_position, k](const std::vector<Tensor>& g, const std::vector<bool>&) {
-      static const OpDef* bw = op_def("moe_permute_backward");
-      return std::vector<Tensor>{dispatch1(OpCall{bw, {g[0], slot_position}, {k}})};
-    });
-  return out;
+  static const OpDef* fwd = op_def("moe_permute");
+  static const OpDef* bwd = op_def("moe_permute_backward");
+  return permutation("moe_permute", fwd, bwd, x, slot_position, k);
 }
 
 Tensor moe_unpermute(const Tensor& ys, const Tensor& slot_position, const Tensor& probs) {
@@ -57,14 +64,9 @@ Tensor moe_unpermute(const Tensor& ys, const Tensor& slot_position, int64_t k) {
   DTR_CHECK(ys.dim() == 2 && k > 0 && ys.size(0) % k == 0, "moe_unpermute: ys ", ys.sizes(), " and k=", k,
             " (expected [N*k, H], k > 0)");
   check_index(slot_position, ys.size(0), "moe_unpermute", "slot_position");
-  static const OpDef* op = op_def("moe_permute_backward");
-  Tensor out = dispatch1(OpCall{op, {ys, slot_position}, {k}});
-  if (needs_grad({ys}))
-    record("moe_unpermute", {ys}, out, [slot_position, k](const std::vector<Tensor>& g, const std::vector<bool>&) {
-      static const OpDef* bw = op_def("moe_permute");
-      return std::vector<Tensor>{dispatch1(OpCall{bw, {g[0], slot_position}, {k}})};
-    });
-  return out;
+  static const OpDef* fwd = op_def("moe_permute_backward");
+  static const OpDef* bwd = op_def("moe_permute");
+  return permutation("moe_unpermute", fwd, bwd, ys, slot_position, k);
 }
 
 }  // namespace dtr

@@ -213,6 +213,9 @@ TEST_CASE("grouped_mm_swiglu equals swiglu_weighted(grouped_mm(...)): values, gr
   const Tensor wb = to_dtype(uniform({4, 96, 64}, -0.3, 0.3), DType::bf16), rb = to_dtype(uniform({52}, 0, 1), DType::bf16);
   CHECK(max_abs_diff(to_dtype(grouped_mm_swiglu(xb, wb.transpose(1, 2), bsizes, rb), DType::f64),
                      to_dtype(swiglu_weighted(grouped_mm(xb, wb.transpose(1, 2), bsizes), rb), DType::f64)) == 0.0);
+  // the fused CPU kernel itself refuses bf16 (it would apply the SwiGLU to the unrounded gate_up)
+  CHECK_THROWS_WITH(dispatch(OpCall{op_def("grouped_mm_swiglu"), {xb, wb.transpose(1, 2), rb}, {bsizes}}),
+                    Catch::Contains("grouped_mm_swiglu: the CPU kernel takes f32 / f64"));
   CHECK_THROWS_WITH(grouped_mm_swiglu(x, w1.transpose(1, 2), sizes, zeros({3})),
                     Catch::Contains("grouped_mm_swiglu: weights [3]"));
   CHECK_THROWS_WITH(grouped_mm_swiglu(x, w1.narrow(1, 0, 95).transpose(1, 2), sizes, rw), Catch::Contains("[7, 64, 95]"));

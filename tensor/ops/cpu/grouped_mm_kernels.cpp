@@ -124,8 +124,11 @@ std::vector<Tensor> k_grouped_mm_pair(const OpCall& c) {
 /// h = swiglu_weighted(gate_up, weights) [T, I]}: each piece's rows of h computed right after
 /// its GEMM wrote them (a piece's [rows, 2I] block is still in the cache; the separate SwiGLU
 /// pass read all of gate_up back from memory). Same pieces and GEMMs as grouped_mm, the SwiGLU
-/// kernel's row loop: the bits of the two ops.
+/// kernel's row loop: the bits of the two ops. f32 / f64 only (registered without the dispatcher's
+/// upcast: in bf16 the two ops round gate_up before the SwiGLU, and grouped_mm_swiglu() runs them).
 std::vector<Tensor> k_grouped_mm_swiglu(const OpCall& c) {
+  DTR_CHECK(!is_low_precision(c.inputs[0].dtype()), "grouped_mm_swiglu: the CPU kernel takes f32 / f64, got ",
+            c.inputs[0].dtype(), " (grouped_mm_swiglu() runs grouped_mm + swiglu_weighted for bf16 / f16)");
   const GroupedProduct p(c.inputs[0], c.inputs[1], c.shape(0));
   const Tensor w = c.inputs[2].is_contiguous() ? c.inputs[2] : contiguous(c.inputs[2].detach());
   const int64_t T = p.out.size(0), I = p.N / 2;
@@ -147,7 +150,7 @@ std::vector<Tensor> k_grouped_mm_swiglu(const OpCall& c) {
 }
 
 DTR_REGISTER_KERNEL("grouped_mm", DeviceType::CPU, k_grouped_mm);
-DTR_REGISTER_KERNEL("grouped_mm_swiglu", DeviceType::CPU, k_grouped_mm_swiglu);
+DTR_REGISTER_KERNEL_EXACT("grouped_mm_swiglu", DeviceType::CPU, k_grouped_mm_swiglu);
 DTR_REGISTER_KERNEL("grouped_mm_pair", DeviceType::CPU, k_grouped_mm_pair);
 
 }  // namespace
