@@ -72,7 +72,6 @@ int64_t padded(const std::vector<Tensor>& ps, int64_t n) {
 }
 
 Result run(const Config& c, int prefetch, const DeviceMesh& mesh) {
-  const int64_t n = world_size();
   manual_seed(1);
   auto net = std::make_shared<Net>(c);
   FSDPOptions o;

@@ -4,6 +4,7 @@
 
 #include <cstdio>
 #include <cstring>
+#include <string>
 #include <vector>
 
 #include "bench/bench_util.h"
@@ -13,6 +14,25 @@
 #include "tensor/random.h"
 
 namespace dtr::bench {
+namespace {
+
+/// sdpa and sdpa_backward (causal, GQA 9 query / 3 kv heads, head dim 64) at [B, 9, T, 64]:
+/// GFLOP/s of each, the backward (dq, dk, dv, dP) counted as twice the forward's FLOPs. `bthd`:
+/// q / k / v / g as the [B, H, T, D] views of [B, T, H, D] tensors. Median of `reps`.
+void sdpa_row(const char* name, int64_t B, int64_t T, int reps, bool bthd) {
+  auto heads = [&](int64_t H) { return bthd ? transpose(randn({B, T, H, 64}), 1, 2) : randn({B, H, T, 64}); };
+  Tensor q = heads(9), k = heads(3), v = heads(3), g = heads(9);
+  const OpDef* fw = op_def("sdpa");
+  const OpDef* bw = op_def("sdpa_backward");
+  auto fo = dispatch(OpCall{fw, {q, k, v}, {true, 0.125}});
+  const double tf = median_seconds([&] { auto o = dispatch(OpCall{fw, {q, k, v}, {true, 0.125}}); }, reps);
+  const double tb = median_seconds([&] { auto d = dispatch(OpCall{bw, {g, q, k, v, fo[0], fo[1]}, {true, 0.125}}); }, reps);
+  const double f = 4.0 * B * 9 * T * (T + 1) / 2 * 64;
+  std::printf("  %-26s %10.2f GFLOP/s\n", (std::string("sdpa causal ") + name).c_str(), f / tf * 1e-9);
+  std::printf("  %-26s %10.2f GFLOP/s\n", (std::string("sdpa_backward ") + name).c_str(), 2 * f / tb * 1e-9);
+}
+
+}  // namespace
 
 int bench_ops(int argc, char** argv) {
   (void)argc;
@@ -100,30 +120,10 @@ int bench_ops(int argc, char** argv) {
   const double flops = 4.0 * 9 * 256 * 256 * 64 / 2;  // causal: half the scores
   const double t_sdpa = median_seconds([&] { Tensor o = scaled_dot_product_attention(q, k, v, true); });
   std::printf("  %-26s %10.2f GFLOP/s\n", "sdpa causal 9x256x64 GQA3", flops / t_sdpa * 1e-9);
-  {
-    // Backward (dq, dk, dv, dP: twice the forward's FLOPs) at the LoRA step's [4, 9, 256, 64].
-    Tensor q4 = randn({4, 9, 256, 64}), k4 = randn({4, 3, 256, 64}), v4 = randn({4, 3, 256, 64});
-    auto fo = dispatch(OpCall{op_def("sdpa"), {q4, k4, v4}, {true, 0.125}});
-    Tensor g4 = randn(fo[0].sizes());
-    const OpDef* sbw = op_def("sdpa_backward");
-    const double t4f = median_seconds([&] { auto o = dispatch(OpCall{op_def("sdpa"), {q4, k4, v4}, {true, 0.125}}); });
-    const double t4b = median_seconds([&] { auto d = dispatch(OpCall{sbw, {g4, q4, k4, v4, fo[0], fo[1]}, {true, 0.125}}); });
-    const double f4 = 4.0 * 4 * 9 * 256 * 257 / 2 * 64;
-    std::printf("  %-26s %10.2f GFLOP/s\n", "sdpa causal 4x9x256x64", f4 / t4f * 1e-9);
-    std::printf("  %-26s %10.2f GFLOP/s\n", "sdpa_backward 4x9x256x64", 2 * f4 / t4b * 1e-9);
-  }
-  {
-    // seq 2048 at batch 1 (GQA 9/3), q / k / v / g in the projections' [B, T, H, D] layout.
-    auto heads = [](int64_t H) { return transpose(randn({1, 2048, H, 64}), 1, 2); };
-    Tensor q1 = heads(9), k1 = heads(3), v1 = heads(3), g1 = heads(9);
-    auto fo = dispatch(OpCall{op_def("sdpa"), {q1, k1, v1}, {true, 0.125}});
-    const OpDef* sbw = op_def("sdpa_backward");
-    const double tf = median_seconds([&] { auto o = dispatch(OpCall{op_def("sdpa"), {q1, k1, v1}, {true, 0.125}}); }, 5);
-    const double tb = median_seconds([&] { auto d = dispatch(OpCall{sbw, {g1, q1, k1, v1, fo[0], fo[1]}, {true, 0.125}}); }, 5);
-    const double f1 = 4.0 * 9 * 2048 * 2049 / 2 * 64;
-    std::printf("  %-26s %10.2f GFLOP/s\n", "sdpa causal 1x9x2048x64", f1 / tf * 1e-9);
-    std::printf("  %-26s %10.2f GFLOP/s\n", "sdpa_backward 1x9x2048x64", 2 * f1 / tb * 1e-9);
-  }
+  // The LoRA step's [4, 9, 256, 64] and seq 2048 at batch 1 (GQA 9/3; q / k / v / g in the
+  // projections' [B, T, H, D] layout).
+  sdpa_row("4x9x256x64", 4, 256, 7, false);
+  sdpa_row("1x9x2048x64", 1, 2048, 5, true);
   return 0;
 }
 

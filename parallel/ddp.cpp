@@ -170,8 +170,10 @@ void replicate(nn::Module& module, const DeviceMesh& mesh, const DDPOptions& opt
     const int64_t bytes = static_cast<int64_t>(p.nbytes());
     if (st->buckets.empty() || st->buckets.back().dtype != p.dtype() ||
         (st->buckets.back().numel > 0 &&
-         (st->buckets.back().numel * static_cast<int64_t>(itemsize(p.dtype())) + bytes) > options.bucket_cap_bytes))
-      st->buckets.push_back(Bucket{{}, p.dtype()});
+         (st->buckets.back().numel * static_cast<int64_t>(itemsize(p.dtype())) + bytes) > options.bucket_cap_bytes)) {
+      st->buckets.emplace_back();
+      st->buckets.back().dtype = p.dtype();
+    }
     st->buckets.back().params.push_back(i);
     st->buckets.back().numel += p.numel();
     st->bucket_of[i] = static_cast<int>(st->buckets.size()) - 1;

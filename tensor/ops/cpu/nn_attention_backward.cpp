@@ -1,37 +1,12 @@
 // CPU kernel of sdpa_backward (f32 / f64): Flash-attention 2 backward over blocks of 64 stacked
 // queries x 128 keys, work items of (batch row, kv head[, query chunk]) (see nn_attention_common.h).
 #include "tensor/ops/cpu/nn_attention_common.h"
+#include "tensor/ops/cpu/nn_attention_split.h"
 
 namespace dtr {
 namespace {
 
 using namespace cpu::attention;
-
-/// sdpa_backward splits the query blocks of a kv head over up to kMaxBackwardSplit work items
-/// (each with its own dk / dv accumulators, added in a fixed order at the end) while there are
-/// fewer than kMinBackwardItems items: one item per kv head left a thread idle (Gemma 3: one kv
-/// head) and let each block product start its own parallel region. Decided by the shape only, so
-/// the result does not depend on the thread count.
-constexpr int64_t kMinBackwardItems = 8;
-constexpr int64_t kMaxBackwardSplit = 4;
-
-/// Query chunks per kv head: none (1) with kMinBackwardItems kv items or more, else the fewest
-/// that give that many items, plus one when that makes an odd item count even (9 equal items on
-/// 2 threads wait 1 / 9 of the work for the last: SmolLM2's 3 kv heads at batch 1 get 4 chunks,
-/// 12 items), at most kMaxBackwardSplit and the query blocks. By shape only.
-int64_t backward_split(int64_t kv_items, int64_t nqb) {
-  if (kv_items == 0) return 1;
-  const int64_t cap = std::clamp<int64_t>(nqb, 1, kMaxBackwardSplit);
-  const int64_t split = std::clamp<int64_t>((kMinBackwardItems + kv_items - 1) / kv_items, 1, cap);
-  return split > 1 && split < cap && kv_items * split % 2 != 0 ? split + 1 : split;
-}
-
-/// The item (of `split`) that takes query block qb: 0, 1, .., split - 1, split - 1, .., 0, 0, 1, ..
-/// (causal: later blocks see more keys, so each item gets early and late ones).
-int64_t query_chunk(int64_t qb, int64_t split) {
-  const int64_t p = qb % (2 * split);
-  return p < split ? p : 2 * split - 1 - p;
-}
 
 #if defined(__AVX512F__)
 /// f32 epilogue of the backward's s = q k^T block: P = exp(s - lse[i]) on the keys [lo[i], hi[i])
@@ -65,6 +40,13 @@ struct DsEpilogue {
 /// in place with their strides (P^T, dS^T column-major).
 template <class T>
 struct BackwardBlock {
+#if defined(__AVX512F__)
+  /// f32 with AVX-512: P and dS in the products' epilogues (the mask's zeros skipped), dS
+  /// written over P, so no dP buffer.
+  static constexpr bool kFused = std::is_same_v<T, float>;
+#else
+  static constexpr bool kFused = false;
+#endif
   const Heads<const T>& Q;
   const Heads<const T>& K;
   const Heads<const T>& G;
@@ -79,11 +61,7 @@ struct BackwardBlock {
   void run(int64_t b, int64_t hk, int64_t i0, int64_t n, const T* kt, const T* vt, T* dK, int64_t ldk, T* dV,
            int64_t ldv, Buffer<T>& buf, Buffer<int32_t>& rmask) const {
     const int64_t rows = group * n, nbmax = std::min<int64_t>(kBlockKBackward, S), h0 = hk * group;
-#if defined(__AVX512F__)
-    const int64_t dp_len = std::is_same_v<T, float> ? 0 : rows * nbmax;  // the tiles write dS over P
-#else
-    const int64_t dp_len = rows * nbmax;
-#endif
+    const int64_t dp_len = kFused ? 0 : rows * nbmax;  // fused: the tiles write dS over P, no dP
     T* qs = buf.get(rows * D + rows * Dv + rows * nbmax + dp_len + rows * D + 2 * rows);
     T *gs = qs + rows * D, *s = gs + rows * Dv, *dp = s + rows * nbmax;
     T *dqb = dp + dp_len, *di = dqb + rows * D, *lrow = di + rows;
@@ -98,8 +76,8 @@ struct BackwardBlock {
     const int64_t ldt = transposed_ld(S);
     bool first = true;
     for_each_key_block(mk, kBlockKBackward, b, i0, n, [&](int64_t j0, int64_t nb, BlockMask bm) {
-#if defined(__AVX512F__)  // f32: P and dS in the products' epilogues, the mask's zeros skipped
-      if constexpr (std::is_same_v<T, float>) {
+      if constexpr (kFused) {
+#if defined(__AVX512F__)
         // Keys [lo, hi) of each row: elo / ehi for P (empty for a row without keys), blo / bhi
         // (the mask's ranges, nondecreasing in the row) for the products' bounds.
         int32_t* elo = rmask.get(4 * rows);
@@ -125,11 +103,8 @@ struct BackwardBlock {
                         att::ColumnRanges{blo, bhi, rows, D});  // dk += dS^T (q * scale)
         att::block_gemm(rows, D, nb, s, nb, 1, K.at(b, hk, j0), K.sl, dqb, D, !first, att::NoEpilogue{},
                         att::RowRanges{blo, bhi, D, nb, true});  // dq (+)= dS k (scaled below)
-        first = false;
-        return;
-      }
 #endif
-      {
+      } else {
         block_mm<T>(rows, nb, D, qs, D, 1, kt + j0, ldt, 1, s, false);  // s = (q * scale) k^T
         for (int64_t c = 0; c < rows; ++c) probabilities(s + c * nb, b, i0 + c / group, j0, nb, bm, lrow[c]);
         block_mm<T>(nb, Dv, rows, s, 1, nb, gs, Dv, 1, dV + j0 * ldv, true);  // dv += P^T g (ldv == Dv here)
@@ -140,9 +115,9 @@ struct BackwardBlock {
           const T dc = di[c];
           for (int64_t j = 0; j < nb; ++j) sr[j] *= dr[j] - dc;
         }
+        block_mm<T>(nb, D, rows, s, 1, nb, qs, D, 1, dK + j0 * ldk, true);          // dk += dS^T (q * scale)
+        block_mm<T>(rows, D, nb, s, nb, 1, K.at(b, hk, j0), K.sl, 1, dqb, !first);  // dq (+)= dS k (scaled below)
       }
-      block_mm<T>(nb, D, rows, s, 1, nb, qs, D, 1, dK + j0 * ldk, true);          // dk += dS^T (q * scale)
-      block_mm<T>(rows, D, nb, s, nb, 1, K.at(b, hk, j0), K.sl, 1, dqb, !first);  // dq (+)= dS k (scaled below)
       first = false;
     });
     for (int64_t c = 0; c < rows; ++c) {

@@ -276,7 +276,7 @@ void exp_shift_inplace(T* x, T shift, int64_t n) {
 /// exception cannot leave it).
 template <class T>
 struct Buffer {
-  cpu::sgemm_detail::Scratch s;
+  cpu::sgemm_detail::Scratch s{nullptr, 0, "sdpa"};
   T* get(int64_t n) {
     const size_t floats = (static_cast<size_t>(n) * sizeof(T) + sizeof(float) - 1) / sizeof(float);
     return reinterpret_cast<T*>(omp_in_parallel() ? s.get_in_parallel(floats) : s.get(floats));

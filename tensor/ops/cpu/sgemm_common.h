@@ -16,10 +16,11 @@ namespace dtr::cpu::sgemm_detail {
 /// of one K block (m x kc floats), on the calling thread for the AVX-512 kernel and per worker
 /// for the AVX2 one. get() throws dtr::Error when out of memory;
 /// get_in_parallel() is for OpenMP workers, where an exception cannot leave the region: it
-/// prints the same message and aborts.
+/// prints the same message and aborts. `owner` names the kernel in that message.
 struct Scratch {
   float* p = nullptr;
   size_t cap = 0;
+  const char* owner = "sgemm";
   float* try_get(size_t n) {
     if (n > cap) {
       std::free(p);
@@ -31,13 +32,13 @@ struct Scratch {
   }
   float* get(size_t n) {
     float* q = try_get(n);
-    DTR_CHECK(q != nullptr, "sgemm: out of memory for a ", bytes_of(n), "-byte packing buffer");
+    DTR_CHECK(q != nullptr, owner, ": out of memory for a ", bytes_of(n), "-byte scratch buffer");
     return q;
   }
   float* get_in_parallel(size_t n) {
     float* q = try_get(n);
     if (!q) {
-      std::fprintf(stderr, "dtr: error: sgemm: out of memory for a %zu-byte packing buffer\n", bytes_of(n));
+      std::fprintf(stderr, "dtr: error: %s: out of memory for a %zu-byte scratch buffer\n", owner, bytes_of(n));
       std::abort();
     }
     return q;

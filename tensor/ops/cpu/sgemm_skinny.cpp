@@ -87,8 +87,11 @@ void dot_rows(const Problem& P, int64_t i, const float* bt, int64_t kp, int64_t 
       for (int j = 0; j < N; ++j) _mm512_store_ps(state + (r * N + j) * 16, acc[r][j]);
     return;
   }
+  // Unrolled: constant indices into acc (see small_m_tile).
+#pragma GCC unroll 2
   for (int r = 0; r < R; ++r) {
     float* c = P.C + (i + r) * P.ldc;
+#pragma GCC unroll 16
     for (int j = 0; j < N; ++j) {
       const float v = hsum(acc[r][j]);
       c[j] = P.accumulate ? c[j] + v : v;
@@ -152,6 +155,7 @@ void small_m_tile(const SmallM& S, const float* ap, int64_t j0) {
   const __mmask16 mk[3] = {mask_of(cols), mask_of(std::max<int64_t>(0, cols - 16)),
                            mask_of(std::max<int64_t>(0, cols - 32))};
   __m512 acc[SM_R][3];
+#pragma GCC unroll 8
   for (int r = 0; r < SM_R; ++r) acc[r][0] = acc[r][1] = acc[r][2] = _mm512_setzero_ps();
   const float* b = S.B + j0;
   constexpr int64_t PD = 12;  // rows ahead to prefetch
@@ -174,12 +178,19 @@ void small_m_tile(const SmallM& S, const float* ap, int64_t j0) {
       acc[r][2] = _mm512_fmadd_ps(ar, b2, acc[r][2]);
     }
   }
+  // Constant indices into acc only (unrolled, rows past m skipped): a variable index would keep
+  // acc in memory, and GCC then stores every accumulator to the stack in each iteration above.
   if (S.c_cs == 1) {
-    for (int r = 0; r < S.m; ++r)
-      for (int q = 0; q < 3; ++q) put(S.C + r * S.c_rs + j0 + 16 * q, acc[r][q], mk[q], S.add);
+#pragma GCC unroll 8
+    for (int r = 0; r < SM_R; ++r)
+#pragma GCC unroll 3
+      for (int q = 0; q < 3; ++q)
+        if (r < S.m) put(S.C + r * S.c_rs + j0 + 16 * q, acc[r][q], mk[q], S.add);
   } else {
     alignas(64) float t[SM_R][SM_W];
+#pragma GCC unroll 8
     for (int r = 0; r < SM_R; ++r)
+#pragma GCC unroll 3
       for (int q = 0; q < 3; ++q) _mm512_store_ps(&t[r][16 * q], acc[r][q]);
     for (int64_t j = 0; j < cols; ++j) {
       float* c = S.C + (j0 + j) * S.c_cs;
