@@ -89,10 +89,13 @@ void MpiProcessGroup::wait_for_peers(const std::string& what) const {
   // for as long as the slowest rank is behind. An MPI_Ibarrier polled by MPI_Test waits for the
   // arrival: tight polls for the first kSpin (a peer that is only a little late, as in the
   // tensor-parallel collectives on the critical path, costs no sleep: a sleep_for(1 us) sleeps
-  // ~50 us with Linux's timer slack), then a sleeping back-off (1 us doubling to 256 us) that
-  // does not burn a core; the collective itself, entered once all ranks are there, stays the
-  // same MPI call (same algorithm, same bits).
+  // ~50 us with Linux's timer slack), then a sleeping back-off (1 us doubling to 256 us; 2 ms
+  // once the wait passes kLongWait, so that each wakeup, tens of us of CPU on a VM, is paid at
+  // most ~500 times a second and the added latency stays under a tenth of the wait) that does
+  // not burn a core; the collective itself, entered once all ranks are there, stays the same MPI
+  // call (same algorithm, same bits).
   constexpr auto kSpin = std::chrono::microseconds(100);
+  constexpr auto kLongWait = std::chrono::milliseconds(20);
   MPI_Request req = MPI_REQUEST_NULL;
   mpi::check(MPI_Ibarrier(comm_, &req), "MPI_Ibarrier", what + " (arrival wait) on group " + name_);
   int flag = 0;
@@ -103,7 +106,8 @@ void MpiProcessGroup::wait_for_peers(const std::string& what) const {
     if (flag) return;
     if (std::chrono::steady_clock::now() - t0 < kSpin) continue;
     std::this_thread::sleep_for(sleep);
-    sleep = std::min(sleep * 2, std::chrono::microseconds(256));
+    const bool long_wait = std::chrono::steady_clock::now() - t0 > kLongWait;
+    sleep = std::min(sleep * 2, std::chrono::microseconds(long_wait ? 2000 : 256));
   }
 }
 
